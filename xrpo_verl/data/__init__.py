@@ -1,0 +1,1 @@
+"""Dataset converters to verl parquet."""

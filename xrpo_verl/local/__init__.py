@@ -1,0 +1,1 @@
+"""Running verl on CPU: platform shims, the `hf` rollout backend, the tiny model, the demo."""

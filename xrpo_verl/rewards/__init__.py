@@ -1,0 +1,1 @@
+"""Reward scorers (pure) and the verl reward-loop manager."""

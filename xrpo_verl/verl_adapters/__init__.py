@@ -1,0 +1,1 @@
+"""Thin adapters between verl 0.9.1 and the pure algorithm modules."""
