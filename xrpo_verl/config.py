@@ -1,0 +1,313 @@
+"""Typed configuration for the XRPO and ExTra components.
+
+One dataclass per component. Every field has a type, a default and one help string giving the
+paper symbol, the unit and the provenance of the default:
+
+- [P] the paper, [R] a public review quoting the paper, [C] the official code (ExTra),
+- [I] our own choice where no source exists (see docs/algorithms.md).
+
+Choices between formulas are `Literal` fields. `from_dict` rejects unknown keys (nested too) and
+`__post_init__` checks ranges, so a misspelt option is an error, never a silent default.
+
+`python -m xrpo_verl.config` prints the Markdown field reference (docs/config.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+_C = TypeVar("_C", bound="_Config")
+
+
+def _f(default: Any, help: str) -> Any:
+    """A dataclass field with its one help line."""
+    if isinstance(default, _Config):
+        return field(default_factory=lambda: type(default)(), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def _check_range(name: str, value: float, *, lo: float | None = None, hi: float | None = None,
+                 lo_open: bool = False, hi_open: bool = False) -> None:
+    """Raise ValueError naming `name` when `value` is outside [lo, hi] (open ends if asked)."""
+    bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (
+        hi is not None and (value >= hi if hi_open else value > hi))
+    if bad:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else lo
+        hi_s = "inf" if hi is None else hi
+        raise ValueError(f"{name} = {value!r} is out of range; allowed {left}{lo_s}, {hi_s}{right}")
+
+
+_SCALAR_TYPES: dict[Any, tuple[type, ...]] = {
+    bool: (bool,), int: (int,), float: (int, float), str: (str,),
+    int | None: (int, type(None)), str | None: (str, type(None)),
+}
+
+
+class _Config:
+    """Shared behaviour: Literal checks, `from_dict` with unknown-key errors, `to_dict`."""
+
+    def _check_fields(self) -> None:
+        """Check Literal choices and scalar types (bool is not accepted as a number)."""
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            hint = hints[f.name]
+            value = getattr(self, f.name)
+            allowed_types = _SCALAR_TYPES.get(hint)
+            if allowed_types is not None and (
+                    not isinstance(value, allowed_types) or (hint is not bool and isinstance(value, bool))):
+                raise ValueError(f"{type(self).__name__}.{f.name} = {value!r} has type {type(value).__name__}; "
+                                 f"expected {_type_name(hint)}")
+            if isinstance(hint, type) and issubclass(hint, _Config) and not isinstance(value, hint):
+                raise ValueError(f"{type(self).__name__}.{f.name} must be a {hint.__name__} "
+                                 f"(use from_dict for mappings), got {type(value).__name__}")
+            if typing.get_origin(hint) is Literal:
+                allowed = typing.get_args(hint)
+                if value not in allowed:
+                    raise ValueError(
+                        f"{type(self).__name__}.{f.name} = {value!r} is not an allowed value; "
+                        f"choose one of {list(allowed)}")
+
+    @classmethod
+    def from_dict(cls: type[_C], d: Mapping[str, Any] | None) -> _C:
+        """Build from a (possibly nested) mapping; unknown keys raise ValueError naming them."""
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{cls.__name__}.from_dict expects a mapping, got {type(d).__name__}")
+        hints = typing.get_type_hints(cls)
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown key(s) {unknown} for {cls.__name__}; known keys: {sorted(known)}")
+        kwargs: dict[str, Any] = {}
+        for key, value in d.items():
+            sub = hints[key]
+            if isinstance(sub, type) and issubclass(sub, _Config):
+                try:
+                    kwargs[key] = value if isinstance(value, sub) else sub.from_dict(value)
+                except ValueError as e:
+                    raise ValueError(f"{cls.__name__}.{key}: {e}") from None
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict; `from_dict(to_dict())` round-trips."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass
+class PlannerConfig(_Config):
+    """Hierarchical rollout planner (XRPO §2.2)."""
+
+    enable: bool = _f(True, "Use the phased planner; off means a fixed n_avg rollouts per prompt (plain GRPO). [I]")
+    n_base: int = _f(8, "Phase-0 rollouts per prompt, before any priority is known. [I]")
+    n_avg: int = _f(16, "Average rollouts per prompt per step; total budget is B*n_avg (compute-matched GRPO). [I]")
+    rounds: int = _f(2, "R, dynamic rounds after the base phase (3 phases in total). [R]")
+    n_max: int = _f(32, "Cap on rollouts for one prompt in one step, n_q <= n_max. [I]")
+    alpha: float = _f(0.05, "alpha, Student-t confidence level of h_q(n) = t_{1-alpha/2,n-1} s_q/sqrt(n). [I/3P]")
+    lam: float = _f(0.03, "lambda, exploration-bonus coefficient in phi_q. [I] (3P default 0.1 lets phi swamp Delta)")
+    bonus_form: Literal["sqrt", "inverse"] = _f(
+        "sqrt", "phi_q form: sqrt = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), inverse = lambda*ln(1+T)/n_q. [3P]")
+    step_source: Literal["global_step", "rollouts_so_far"] = _f(
+        "global_step", "What T counts in phi_q: training steps, or rollouts generated so far this step. [I]")
+    shrink_steps: int = _f(1, "k in Delta_q = h_q(n_q) - h_q(n_q+k); 1 is the one-step form. [3P]")
+    smoothed_std: bool = _f(
+        False, "Replace s_q by sqrt(p(1-p)), p = (sum r + 0.5)/(n+1), so all-fail != all-pass. Not from the paper. [I]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("PlannerConfig.n_base", self.n_base, lo=1)
+        _check_range("PlannerConfig.rounds", self.rounds, lo=0)
+        _check_range("PlannerConfig.alpha", self.alpha, lo=0, hi=1, lo_open=True, hi_open=True)
+        _check_range("PlannerConfig.lam", self.lam, lo=0)
+        _check_range("PlannerConfig.shrink_steps", self.shrink_steps, lo=1)
+        if not self.n_base <= self.n_avg <= self.n_max:
+            raise ValueError(
+                f"PlannerConfig needs n_base <= n_avg <= n_max, got n_base={self.n_base}, "
+                f"n_avg={self.n_avg}, n_max={self.n_max}")
+        if self.rounds == 0 and self.n_avg != self.n_base:
+            raise ValueError(f"PlannerConfig.rounds = 0 leaves n_avg - n_base = {self.n_avg - self.n_base} unspent")
+
+
+@dataclass
+class SharpeningConfig(_Config):
+    """Novelty-guided advantage sharpening (XRPO §2.4)."""
+
+    enable: bool = _f(True, "Apply A+ = A + min(max(lambda_nov(1-eta), 0), kappa A) to correct responses. [P]")
+    coef: float = _f(2.5, "lambda_novelty, slope of the bonus in (1 - eta). [R]")
+    cap_frac: float = _f(0.5, "kappa_clip, the bonus is at most kappa*A (at most +50% by default). [R]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("SharpeningConfig.coef", self.coef, lo=0)
+        _check_range("SharpeningConfig.cap_frac", self.cap_frac, lo=0)
+
+
+@dataclass
+class ICLConfig(_Config):
+    """ICL seeding of all-fail prompts from a corpus of verified successes (XRPO §2.3)."""
+
+    enable: bool = _f(True, "Re-prompt all-fail prompts with retrieved solved examples. [P]")
+    k: int = _f(2, "K, examples per ICL prompt. [R]")
+    min_similarity: float = _f(0.0, "tau_icl, minimum cosine similarity of a retrieved prompt. [I]")
+    per_prompt: int = _f(1, "m, successes kept per training prompt in the corpus. [I]")
+    keep: Literal["recent", "shortest"] = _f("recent", "Which m successes a prompt keeps: most recent or shortest. [I]")
+    max_example_tokens: int = _f(1024, "L_ex, tokens kept of each example solution. [I]")
+    max_prompt_tokens: int | None = _f(
+        None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]")
+    mode: Literal["with_icl", "strip_icl"] = _f(
+        "with_icl", "Train ICL rows with the ICL context (on-policy) or with it stripped (off-policy ablation). [I]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("ICLConfig.k", self.k, lo=1)
+        _check_range("ICLConfig.min_similarity", self.min_similarity, lo=-1, hi=1)
+        _check_range("ICLConfig.per_prompt", self.per_prompt, lo=1)
+        _check_range("ICLConfig.max_example_tokens", self.max_example_tokens, lo=1)
+        if self.max_prompt_tokens is not None:
+            _check_range("ICLConfig.max_prompt_tokens", self.max_prompt_tokens, lo=1)
+
+
+@dataclass
+class NoveltyBonusConfig(_Config):
+    """Correctness-gated embedding novelty bonus (ExTra §3.1)."""
+
+    enable: bool = _f(True, "Add alpha * 1[R>0] * (1 - max cos) to correct responses. [P]")
+    scale: float = _f(0.01, "alpha, novelty scale (code default 0.1, script 0.01 'to avoid entropy explosion'). [C]")
+    memory_size: int = _f(16, "|Phi(x)|, response embeddings kept per prompt (ring buffer). [C]")
+    warmup: int = _f(8, "Novelty is 0 until the prompt's memory holds this many embeddings. [C]")
+    placement: Literal["after_norm", "before_norm"] = _f(
+        "after_norm", "after_norm: A = GRPO(R) + alpha*nov (paper, option B); before_norm: shape R then normalise "
+        "(official code default, option A). [P]/[C]")
+    tail_tokens: int = _f(512, "Embed only the last this-many response tokens (decoded). [C]")
+    var_coef: float = _f(1.0, "before_norm only: lambda in the gate g = exp(-lambda * EMA reward variance). [C]")
+    var_ema_rate: float = _f(0.1, "before_norm only: EMA rate of the per-prompt group reward variance. [C]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("NoveltyBonusConfig.scale", self.scale, lo=0)
+        _check_range("NoveltyBonusConfig.memory_size", self.memory_size, lo=1)
+        _check_range("NoveltyBonusConfig.warmup", self.warmup, lo=1, hi=self.memory_size)
+        _check_range("NoveltyBonusConfig.tail_tokens", self.tail_tokens, lo=1)
+        _check_range("NoveltyBonusConfig.var_coef", self.var_coef, lo=0)
+        _check_range("NoveltyBonusConfig.var_ema_rate", self.var_ema_rate, lo=0, hi=1, lo_open=True)
+
+
+@dataclass
+class PrefixConfig(_Config):
+    """Entropy-guided prefix regeneration for hard prompts (ExTra §3.2)."""
+
+    enable: bool = _f(True, "Queue low-entropy prefixes of hard prompts and inject them as guided prompts. [P]")
+    hard_threshold: Literal["all_fail", "at_most_one"] = _f(
+        "at_most_one", "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (code). [S]/[C]")
+    min_gap: int = _f(32, "Merge newline boundaries closer than this many tokens to the last kept one. [C]")
+    max_candidates: int = _f(15, "Keep at most this many evenly spaced boundaries per anchor. [C]")
+    tau: float = _f(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
+    max_prefixes_per_prompt: int = _f(128, "Prefix memory ring buffer per original prompt. [C]")
+    queue_size: int = _f(512, "Guided-prompt FIFO capacity; the newest entries are kept. [C-script]")
+    per_step: int = _f(16, "Guided prompts injected per step (they replace the batch's tail rows). [C-script]")
+    warmup_steps: int = _f(30, "No prefix memory, queueing or injection before this global step. [C-script]")
+    n_suffix: int = _f(8, "Suffix rollouts per guided prompt (its own GRPO group). [C]")
+    max_prefix_frac: float = _f(0.5, "Longest prefix as a fraction of max_response_length. [I]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("PrefixConfig.min_gap", self.min_gap, lo=1)
+        _check_range("PrefixConfig.max_candidates", self.max_candidates, lo=1)
+        _check_range("PrefixConfig.tau", self.tau, lo=0, lo_open=True)
+        _check_range("PrefixConfig.max_prefixes_per_prompt", self.max_prefixes_per_prompt, lo=1)
+        _check_range("PrefixConfig.queue_size", self.queue_size, lo=1)
+        _check_range("PrefixConfig.per_step", self.per_step, lo=0)
+        _check_range("PrefixConfig.warmup_steps", self.warmup_steps, lo=0)
+        _check_range("PrefixConfig.n_suffix", self.n_suffix, lo=1)
+        _check_range("PrefixConfig.max_prefix_frac", self.max_prefix_frac, lo=0, hi=1, lo_open=True)
+
+
+@dataclass
+class EmbedderConfig(_Config):
+    """Sentence encoder and FAISS index shared by ICL retrieval, novelty and prefixes."""
+
+    model: str | None = _f(
+        None, "sentence-transformers name or path; None is the bundled all-MiniLM-L6-v2 (the paper uses "
+        "Qwen3-Embedding-8B for ICL). [C]/[R]")
+    device: str | None = _f(None, "Torch device for the encoder; None picks cuda when available, else cpu. [I]")
+    batch_size: int = _f(256, "Encoder batch size. [I]")
+    index: Literal["flat", "ivf", "hnsw"] = _f("flat", "FAISS index: exact inner product, or IVF/HNSW for large corpora. [I]")
+    use_gpu: Literal["auto", "never", "always"] = _f(
+        "auto", "Put the FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        _check_range("EmbedderConfig.batch_size", self.batch_size, lo=1)
+
+
+@dataclass
+class XRPOConfig(_Config):
+    """XRPO: planner, ICL seeding and novelty sharpening."""
+
+    planner: PlannerConfig = _f(PlannerConfig(), "Rollout planner (XRPO §2.2).")
+    sharpening: SharpeningConfig = _f(SharpeningConfig(), "Advantage sharpening (XRPO §2.4).")
+    icl: ICLConfig = _f(ICLConfig(), "ICL seeding (XRPO §2.3).")
+    embedder: EmbedderConfig = _f(EmbedderConfig(), "Encoder for ICL retrieval.")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+
+@dataclass
+class ExTraConfig(_Config):
+    """ExTra: embedding novelty bonus and entropy-guided prefix regeneration."""
+
+    novelty: NoveltyBonusConfig = _f(NoveltyBonusConfig(), "Novelty bonus (ExTra §3.1).")
+    prefix: PrefixConfig = _f(PrefixConfig(), "Prefix regeneration (ExTra §3.2).")
+    embedder: EmbedderConfig = _f(EmbedderConfig(), "Encoder for response tails and prefixes.")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+
+ALL_CONFIGS: tuple[type[_Config], ...] = (
+    XRPOConfig, PlannerConfig, SharpeningConfig, ICLConfig,
+    ExTraConfig, NoveltyBonusConfig, PrefixConfig, EmbedderConfig,
+)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return " \\| ".join(repr(a) for a in typing.get_args(hint))
+    if isinstance(hint, type):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("|", "\\|")
+
+
+def markdown_docs() -> str:
+    """Markdown reference of every config field, generated from the help strings."""
+    lines = ["# Configuration reference", "",
+             "Generated by `python -m xrpo_verl.config` from the help text in `xrpo_verl/config.py`.",
+             "Tags: [P] paper, [R] review quoting the paper, [C] official code, [S] project summary, "
+             "[3P] third-party, [I] our choice.", ""]
+    for cls in ALL_CONFIGS:
+        hints = typing.get_type_hints(cls)
+        lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), "",
+                  "| field | type | default | meaning |", "|---|---|---|---|"]
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            hint = hints[f.name]
+            if isinstance(hint, type) and issubclass(hint, _Config):
+                default = f"`{hint.__name__}()`"
+            else:
+                default = f"`{f.default!r}`"
+            lines.append(f"| `{f.name}` | {_type_name(hint)} | {default} | {f.metadata['help'].replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_docs())

@@ -1,0 +1,198 @@
+"""ICL seeding corpus (XRPO §2.3): verified successes of training prompts, top-K retrieval, rendering.
+
+Pure numpy. `embedder` is anything with `encode(list[str]) -> (N, d)` L2-normalised rows
+(`embeddings.Embedder` in training, a small fake in unit tests). The prompt text is embedded once,
+when its prompt id first enters the corpus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from xrpo_verl.novelty import check_unit_rows
+
+KeepPolicy = Literal["recent", "shortest"]
+_KEEP = ("recent", "shortest")
+
+ICL_HEADER = "Here are examples of solved problems.\n\n"
+ICL_EXAMPLE = "Problem: {problem}\nSolution: {solution}\n\n"
+ICL_FOOTER = "Now solve the following problem.\n{prompt}"
+
+
+class TextEncoder(Protocol):
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ICLExample:
+    """One verified success of a training prompt."""
+
+    prompt_id: str
+    prompt_text: str
+    response_text: str
+    step: int  # training step it was produced at
+    num_tokens: int  # response length in tokens
+    similarity: float = float("nan")  # cosine to the query, set by retrieve()
+
+
+class ICLCorpus:
+    """Evolving corpus of verified successes, keyed by training prompt id.
+
+    Args:
+        embedder: object with `encode(list[str]) -> (N, d)` L2-normalised float array.
+        per_prompt: m, successes kept per prompt id.
+        keep: "recent" keeps the m latest (by step, then insertion), "shortest" the m shortest.
+    """
+
+    def __init__(self, embedder: TextEncoder, *, per_prompt: int = 1, keep: KeepPolicy = "recent") -> None:
+        if int(per_prompt) != per_prompt or per_prompt < 1:
+            raise ValueError(f"per_prompt = {per_prompt!r} must be an integer >= 1")
+        if keep not in _KEEP:
+            raise ValueError(f"keep = {keep!r} is not supported; choose one of {list(_KEEP)}")
+        self.embedder, self.per_prompt, self.keep = embedder, int(per_prompt), keep
+        self._examples: dict[str, list[ICLExample]] = {}  # best first
+        self._ids: list[str] = []  # row order of self._emb
+        self._row: dict[str, int] = {}
+        self._emb = np.zeros((0, 0), dtype=np.float32)
+
+    def __len__(self) -> int:
+        """Number of prompt ids in the corpus."""
+        return len(self._ids)
+
+    def examples(self, prompt_id: str) -> list[ICLExample]:
+        return list(self._examples.get(prompt_id, []))
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        return check_unit_rows("embedder output", self.embedder.encode(texts), len(texts))
+
+    def add(self, prompt_id: str, prompt_text: str, response_text: str, *, step: int, num_tokens: int,
+            verified: bool = True, split: str = "train") -> bool:
+        """Admit one verified success of a training prompt; return whether it is now stored.
+
+        Unverified responses are not admitted (returns False). A non-training split raises,
+        because letting eval prompts in would leak their answers into training prompts.
+        """
+        if split != "train":
+            raise ValueError(f"split = {split!r}: only training prompts may enter the ICL corpus (eval leakage)")
+        if not prompt_id or not isinstance(prompt_id, str):
+            raise ValueError(f"prompt_id must be a non-empty str, got {prompt_id!r}")
+        if int(num_tokens) != num_tokens or num_tokens < 0:
+            raise ValueError(f"num_tokens = {num_tokens!r} must be an integer >= 0")
+        if not verified:
+            return False
+        ex = ICLExample(prompt_id, prompt_text, response_text, int(step), int(num_tokens))
+        kept = self._examples.get(prompt_id, [])
+        if any(e.response_text == response_text for e in kept):
+            return True  # deduplicated
+        if prompt_id not in self._row:
+            z = self._encode([prompt_text])
+            self._emb = z if self._emb.size == 0 else np.concatenate([self._emb, z])
+            self._row[prompt_id] = len(self._ids)
+            self._ids.append(prompt_id)
+        if self.keep == "recent":  # latest first; on equal step the later insertion wins
+            ranked = sorted([ex] + kept, key=lambda e: -e.step)
+        else:  # shortest first; on equal length the earlier one stays
+            ranked = sorted(kept + [ex], key=lambda e: e.num_tokens)
+        self._examples[prompt_id] = ranked[: self.per_prompt]
+        return ex in self._examples[prompt_id]
+
+    def retrieve(self, prompt_id: str, prompt_text: str, *, k: int = 2,
+                 min_similarity: float = 0.0) -> list[ICLExample]:
+        """Top-k distinct other prompts by cosine similarity, each with its best kept example.
+
+        Never returns `prompt_id` itself; returns [] when nothing reaches `min_similarity`.
+        """
+        return self.retrieve_many([prompt_id], [prompt_text], k=k, min_similarity=min_similarity)[0]
+
+    def retrieve_many(self, prompt_ids: Sequence[str], prompt_texts: Sequence[str], *, k: int = 2,
+                      min_similarity: float = 0.0) -> list[list[ICLExample]]:
+        """Batched `retrieve`: one encode call and one (Q, N) similarity product."""
+        if len(prompt_ids) != len(prompt_texts):
+            raise ValueError(f"{len(prompt_ids)} prompt_ids but {len(prompt_texts)} prompt_texts")
+        if int(k) != k or k < 1:
+            raise ValueError(f"k = {k!r} must be an integer >= 1")
+        if not -1.0 <= min_similarity <= 1.0:
+            raise ValueError(f"min_similarity = {min_similarity!r} must be in [-1, 1]")
+        if not self._ids or not prompt_ids:
+            return [[] for _ in prompt_ids]
+        q = self._encode(list(prompt_texts))
+        sims = q @ self._emb.T  # (Q, N)
+        out = []
+        for qi, pid in enumerate(prompt_ids):
+            s = sims[qi].copy()
+            if pid in self._row:
+                s[self._row[pid]] = -np.inf  # never the query prompt itself
+            order = np.argsort(-s, kind="stable")[:k]
+            out.append([_with_sim(self._examples[self._ids[j]][0], float(s[j])) for j in order
+                        if s[j] >= min_similarity])
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"per_prompt": self.per_prompt, "keep": self.keep, "ids": list(self._ids),
+                "embeddings": self._emb.copy(),
+                "examples": {pid: [asdict(e) for e in exs] for pid, exs in self._examples.items()}}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if d["per_prompt"] != self.per_prompt or d["keep"] != self.keep:
+            raise ValueError(f"state has per_prompt/keep {d['per_prompt']}/{d['keep']}, "
+                             f"this corpus {self.per_prompt}/{self.keep}")
+        self._ids = list(d["ids"])
+        self._row = {pid: i for i, pid in enumerate(self._ids)}
+        self._emb = np.asarray(d["embeddings"], dtype=np.float32)
+        self._examples = {pid: [ICLExample(**e) for e in exs] for pid, exs in d["examples"].items()}
+
+
+def _with_sim(ex: ICLExample, sim: float) -> ICLExample:
+    return ICLExample(ex.prompt_id, ex.prompt_text, ex.response_text, ex.step, ex.num_tokens, sim)
+
+
+def render_icl_prompt(examples: Sequence[ICLExample], prompt_text: str, *, count_tokens: Callable[[str], int],
+                      truncate: Callable[[str, int], str], max_example_tokens: int = 1024,
+                      max_prompt_tokens: int | None = None) -> str:
+    """Few-shot prompt: header, examples (solutions cut to L_ex tokens), then the original prompt.
+
+    When the result exceeds `max_prompt_tokens`, later examples are dropped first; the last one
+    left is then truncated further to fit. If even that cannot fit, or `examples` is empty, the
+    zero-shot `prompt_text` is returned unchanged.
+
+    Args:
+        count_tokens: text -> token count (the policy's tokenizer).
+        truncate: (text, n) -> the first n tokens of text, decoded.
+        max_example_tokens: L_ex >= 1.
+        max_prompt_tokens: cap on the whole rendered prompt, or None for no cap.
+    """
+    if max_example_tokens < 1:
+        raise ValueError(f"max_example_tokens = {max_example_tokens!r} must be >= 1")
+    if max_prompt_tokens is not None and max_prompt_tokens < 1:
+        raise ValueError(f"max_prompt_tokens = {max_prompt_tokens!r} must be >= 1 or None")
+    solutions = [truncate(e.response_text, max_example_tokens)
+                 if count_tokens(e.response_text) > max_example_tokens else e.response_text for e in examples]
+    shots = list(zip(examples, solutions))
+
+    def render(items: list[tuple[ICLExample, str]]) -> str:
+        body = "".join(ICL_EXAMPLE.format(problem=e.prompt_text, solution=s) for e, s in items)
+        return ICL_HEADER + body + ICL_FOOTER.format(prompt=prompt_text)
+
+    while shots:
+        text = render(shots)
+        if max_prompt_tokens is None or count_tokens(text) <= max_prompt_tokens:
+            return text
+        if len(shots) > 1:
+            shots.pop()  # drop examples before truncating
+            continue
+        ex, sol = shots[0]
+        room = max_prompt_tokens - count_tokens(render([(ex, "")]))
+        if room <= 0:
+            break
+        cut = truncate(sol, room)
+        while cut and count_tokens(render([(ex, cut)])) > max_prompt_tokens:  # tokenisers may not be additive
+            room -= 1
+            cut = truncate(sol, room) if room > 0 else ""
+        if not cut:
+            break
+        return render([(ex, cut)])
+    return prompt_text

@@ -1,0 +1,146 @@
+"""Per-prompt embedding memory for ExTra's novelty bonus (ExTra §3.1). Pure numpy.
+
+    r_int(x, y_i) = 1[R_i > 0] * max(0, 1 - max_{z' in Phi(x) u siblings(i)} cos(z_i, z'))
+
+Phi(x) is a ring buffer of the last `capacity` response embeddings of prompt x (every response,
+correct or not, is pushed after scoring). Novelty is 0 while Phi(x) holds fewer than `warmup`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_NORM_TOL = 1e-3
+
+
+def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.ndarray:
+    """Return `x` as float32 (N, d) after checking every row has unit L2 norm."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be (N, d), got shape {x.shape}")
+    if rows is not None and x.shape[0] != rows:
+        raise ValueError(f"{name} has {x.shape[0]} rows, expected {rows}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} contains NaN or inf")
+    norms = np.linalg.norm(x, axis=1)
+    if x.shape[0] and np.max(np.abs(norms - 1.0)) > _NORM_TOL:
+        raise ValueError(f"{name} rows must be L2-normalised; norms range {norms.min():.4f}..{norms.max():.4f}")
+    return x
+
+
+class NoveltyMemory:
+    """Ring buffer of response embeddings per prompt key, and the novelty score against it.
+
+    Args:
+        capacity: |Phi(x)|, embeddings kept per key (ExTra code: 16).
+        warmup: novelty is 0 until the key holds this many (ExTra code: 8); 1 <= warmup <= capacity.
+    """
+
+    def __init__(self, capacity: int = 16, warmup: int = 8) -> None:
+        if int(capacity) != capacity or capacity < 1:
+            raise ValueError(f"capacity = {capacity!r} must be an integer >= 1")
+        if int(warmup) != warmup or not 1 <= warmup <= capacity:
+            raise ValueError(f"warmup = {warmup!r} must be an integer in [1, capacity = {capacity}]")
+        self.capacity = int(capacity)
+        self.warmup = int(warmup)
+        self._mem: dict[str, np.ndarray] = {}  # key -> (m, d) float32, oldest first, m <= capacity
+
+    def __len__(self) -> int:
+        """Number of prompt keys held."""
+        return len(self._mem)
+
+    def entries(self, key: str) -> np.ndarray:
+        """The (m, d) embeddings stored for `key`, oldest first (m = 0 if unseen)."""
+        return self._mem.get(key, np.zeros((0, 0), dtype=np.float32))
+
+    def score(self, keys: Sequence[str], embeddings: np.ndarray, correct: np.ndarray) -> np.ndarray:
+        """r_int per response (see module docstring); does not modify the memory.
+
+        Args:
+            keys: (B,) prompt key per response.
+            embeddings: (B, d) L2-normalised response embeddings z_i.
+            correct: (B,) bool, R_i > 0.
+        Returns:
+            (B,) float32 in [0, 1]; 0 for wrong answers and for keys still warming up.
+        """
+        keys = list(keys)
+        z = check_unit_rows("embeddings", embeddings, len(keys))
+        correct = np.asarray(correct)
+        if correct.shape != (len(keys),) or correct.dtype != np.bool_:
+            raise ValueError(f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} "
+                             f"{correct.shape}")
+        out = np.zeros(len(keys), dtype=np.float32)
+        groups: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(k, []).append(i)
+        for key, rows in groups.items():
+            hist = self._mem.get(key)
+            if hist is None or hist.shape[0] < self.warmup:
+                continue
+            if hist.shape[1] != z.shape[1]:
+                raise ValueError(f"embedding dim {z.shape[1]} != stored dim {hist.shape[1]} for key {key!r}")
+            zi = z[rows]
+            sims = zi @ np.concatenate([hist, zi]).T  # (g, m + g)
+            m = hist.shape[0]
+            sims[np.arange(len(rows)), m + np.arange(len(rows))] = -np.inf  # exclude itself
+            nov = np.maximum(0.0, 1.0 - sims.max(axis=1))
+            out[rows] = nov * correct[rows]
+        return out
+
+    def update(self, keys: Sequence[str], embeddings: np.ndarray) -> None:
+        """Push every response (correct or not) into its key's ring buffer, in order."""
+        keys = list(keys)
+        z = check_unit_rows("embeddings", embeddings, len(keys))
+        groups: dict[str, list[int]] = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(k, []).append(i)
+        for key, rows in groups.items():
+            old = self._mem.get(key)
+            new = z[rows] if old is None else np.concatenate([old, z[rows]])
+            self._mem[key] = new[-self.capacity:].copy()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Picklable plain-python/numpy state."""
+        return {"capacity": self.capacity, "warmup": self.warmup,
+                "memory": {k: v.copy() for k, v in self._mem.items()}}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        if d.get("capacity") != self.capacity or d.get("warmup") != self.warmup:
+            raise ValueError(f"state has capacity/warmup {d.get('capacity')}/{d.get('warmup')}, "
+                             f"this memory {self.capacity}/{self.warmup}")
+        self._mem = {str(k): np.asarray(v, dtype=np.float32)[-self.capacity:].copy() for k, v in d["memory"].items()}
+
+
+class RewardVarianceEMA:
+    """g(x) = exp(-lambda * EMA_t Var[R(x)]) for the before-norm novelty variant (ExTra code, option A).
+
+    EMA_t = (1 - rate) * EMA_{t-1} + rate * Var_t, per prompt key; an unseen key starts at Var_t.
+    """
+
+    def __init__(self, rate: float = 0.1, coef: float = 1.0) -> None:
+        if not 0.0 < rate <= 1.0 or coef < 0:
+            raise ValueError(f"rate = {rate!r} must be in (0, 1] and coef = {coef!r} >= 0")
+        self.rate, self.coef = float(rate), float(coef)
+        self._ema: dict[str, float] = {}
+
+    def update(self, key: str, rewards: Sequence[float]) -> float:
+        """Fold this step's group reward variance (population, ddof=0) in; return the new gate."""
+        r = np.asarray(rewards, dtype=np.float64)
+        if r.size == 0 or not np.all(np.isfinite(r)):
+            raise ValueError(f"rewards for {key!r} must be a non-empty finite sequence, got {r.tolist()}")
+        var = float(r.var())
+        prev = self._ema.get(key)
+        self._ema[key] = var if prev is None else (1 - self.rate) * prev + self.rate * var
+        return self.gate(key)
+
+    def gate(self, key: str) -> float:
+        return float(np.exp(-self.coef * self._ema.get(key, 0.0)))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rate": self.rate, "coef": self.coef, "ema": dict(self._ema)}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.rate, self.coef, self._ema = float(d["rate"]), float(d["coef"]), dict(d["ema"])

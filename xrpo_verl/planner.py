@@ -1,0 +1,242 @@
+"""Hierarchical rollout planner (XRPO §2.2). Pure numpy/scipy; never imports verl.
+
+For prompt q with n_q rollouts and rewards r_q (binary or continuous in [0, 1]):
+
+    h_q(n)  = t_{1-alpha/2, n-1} * s_q / sqrt(n)       Student-t CI half-width, s_q sample std (ddof=1)
+    Delta_q = h_q(n_q) - h_q(n_q + k)                   expected CI shrink, s_q held fixed (k = 1 default)
+    phi_q   = lambda * sqrt(ln(1+T) / n_q)              exploration bonus ("sqrt"), or lambda*ln(1+T)/n_q ("inverse")
+    Pi_q    = Delta_q + phi_q                           allocation priority
+
+Groups of one (n_q = 1) have no variance estimate and the t-quantile needs df >= 1, so we set
+s_q := 0 for them: Delta_q = 0 and Pi_q = phi_q (our rule [I], like a zero-variance group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+BonusForm = Literal["sqrt", "inverse"]
+_BONUS_FORMS = ("sqrt", "inverse")
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha = {alpha!r} must lie in (0, 1)")
+
+
+def ci_half_width(std: float | np.ndarray, n: int | np.ndarray, alpha: float) -> np.ndarray:
+    """h_q(n) = t_{1-alpha/2, n-1} * s_q / sqrt(n) (XRPO §2.2).
+
+    Args:
+        std: s_q, sample standard deviation(s), >= 0. Scalar or (Q,).
+        n: rollouts, every n >= 2 (df = n - 1 >= 1). Scalar or (Q,).
+        alpha: confidence level in (0, 1).
+    Returns:
+        float64 array broadcast from `std` and `n`.
+    """
+    _check_alpha(alpha)
+    std = np.asarray(std, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    if np.any(n < 2):
+        raise ValueError(f"ci_half_width needs n >= 2 (df = n - 1 >= 1), got n = {n.tolist()}")
+    if np.any(~np.isfinite(std)) or np.any(std < 0):
+        raise ValueError(f"std must be finite and >= 0, got {std.tolist()}")
+    return stats.t.ppf(1.0 - alpha / 2.0, n - 1.0) * std / np.sqrt(n)
+
+
+def expected_ci_shrink(std: float | np.ndarray, n: int | np.ndarray, alpha: float, k: int = 1) -> np.ndarray:
+    """Delta_q = h_q(n) - h_q(n + k) with s_q frozen (one-step form for k = 1; k-step variant otherwise).
+
+    Always >= 0: both the t-quantile and 1/sqrt(n) fall with n.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k (shrink steps) = {k!r} must be an integer >= 1")
+    n = np.asarray(n)
+    return ci_half_width(std, n, alpha) - ci_half_width(std, n + k, alpha)
+
+
+def exploration_bonus(step: int | float, n: int | np.ndarray, lam: float, form: BonusForm = "sqrt") -> np.ndarray:
+    """phi_q(T, n_q): "sqrt" = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), "inverse" = lambda*ln(1+T)/n_q [3P].
+
+    Args:
+        step: T >= 0, the training step (or rollouts so far, see PlannerConfig.step_source).
+        n: n_q >= 1, scalar or (Q,).
+        lam: lambda >= 0.
+        form: "sqrt" or "inverse".
+    """
+    if form not in _BONUS_FORMS:
+        raise ValueError(f"bonus form {form!r} is not supported; choose one of {list(_BONUS_FORMS)}")
+    if not np.isfinite(step) or step < 0:
+        raise ValueError(f"step T = {step!r} must be finite and >= 0")
+    if not np.isfinite(lam) or lam < 0:
+        raise ValueError(f"lam = {lam!r} must be finite and >= 0")
+    n = np.asarray(n, dtype=np.float64)
+    if np.any(n < 1):
+        raise ValueError(f"exploration_bonus needs n >= 1, got {n.tolist()}")
+    log_t = np.log1p(float(step))
+    if form == "sqrt":
+        return lam * np.sqrt(log_t / n)
+    return lam * log_t / n
+
+
+@dataclass(frozen=True)
+class PriorityDiagnostics:
+    """Per-prompt planner statistics, each (Q,) float64 (n is int64); for metrics and logging."""
+
+    n: np.ndarray  # n_q, rollouts so far
+    mean: np.ndarray  # rbar_q
+    std: np.ndarray  # s_q used in h_q (0 for n_q = 1; smoothed if asked)
+    delta: np.ndarray  # Delta_q
+    phi: np.ndarray  # phi_q
+    priority: np.ndarray  # Pi_q = Delta_q + phi_q
+
+
+def _as_groups(rewards: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    """Validate `rewards` (one sequence per prompt) into float64 arrays."""
+    if isinstance(rewards, np.ndarray) and rewards.ndim == 1:
+        raise ValueError("rewards must be one sequence of rewards per prompt, got a flat array")
+    groups = []
+    for q, r in enumerate(rewards):
+        arr = np.asarray(r, dtype=np.float64).reshape(-1)
+        if arr.size == 0:
+            raise ValueError(f"prompt {q} has an empty reward group (n_q = 0); every prompt needs >= 1 rollout")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"prompt {q} has non-finite rewards {arr.tolist()}")
+        groups.append(arr)
+    if not groups:
+        raise ValueError("rewards is empty: no prompts to plan for")
+    return groups
+
+
+def _group_std(groups: list[np.ndarray], smoothed: bool) -> np.ndarray:
+    """s_q (ddof=1), or sqrt(p(1-p)) with p = (sum r + 0.5)/(n + 1) when smoothed [I]; 0 for n_q = 1."""
+    out = np.zeros(len(groups))
+    for q, r in enumerate(groups):
+        if r.size < 2:
+            continue  # n_q = 1: no variance estimate, s_q := 0 (module docstring)
+        if smoothed:
+            if np.any((r < 0) | (r > 1)):
+                raise ValueError(f"smoothed_std needs rewards in [0, 1]; prompt {q} has {r.tolist()}")
+            p = (r.sum() + 0.5) / (r.size + 1)
+            out[q] = np.sqrt(p * (1 - p))
+        else:
+            out[q] = r.std(ddof=1)
+    return out
+
+
+def priority_diagnostics(rewards: Sequence[Sequence[float]], *, step: int | float, alpha: float = 0.05,
+                         lam: float = 0.03, bonus: BonusForm = "sqrt", k: int = 1,
+                         smoothed_std: bool = False) -> PriorityDiagnostics:
+    """Delta_q, phi_q and Pi_q for every prompt (see module docstring)."""
+    groups = _as_groups(rewards)
+    n = np.array([g.size for g in groups], dtype=np.int64)
+    std = _group_std(groups, smoothed_std)
+    delta = np.zeros(len(groups))
+    multi = n >= 2
+    if np.any(multi):
+        delta[multi] = expected_ci_shrink(std[multi], n[multi], alpha, k)
+    else:
+        _check_alpha(alpha)
+        expected_ci_shrink(0.0, 2, alpha, k)  # validates k even when no group has n >= 2
+    phi = exploration_bonus(step, n, lam, bonus)
+    mean = np.array([g.mean() for g in groups])
+    return PriorityDiagnostics(n=n, mean=mean, std=std, delta=delta, phi=phi, priority=delta + phi)
+
+
+def allocation_priority(rewards_of_one_prompt: Sequence[float], *, step: int | float, alpha: float = 0.05,
+                        lam: float = 0.03, bonus: BonusForm = "sqrt", k: int = 1,
+                        smoothed_std: bool = False) -> float:
+    """Pi_q = Delta_q + phi_q for a single prompt."""
+    d = priority_diagnostics([rewards_of_one_prompt], step=step, alpha=alpha, lam=lam, bonus=bonus, k=k,
+                             smoothed_std=smoothed_std)
+    return float(d.priority[0])
+
+
+def allocate_by_priority(priority: Sequence[float], budget: int, headroom: Sequence[int]) -> list[int]:
+    """Integer split of `budget` proportional to `priority`, capped per prompt by `headroom`.
+
+    1. Largest-remainder rounding of budget * Pi_q / sum(Pi) (uniform if sum(Pi) = 0); remainder
+       ties go to higher Pi, then lower index.
+    2. Cap each share at headroom_q.
+    3. What the caps cut off goes to the uncapped prompts, highest Pi first (lower index on ties),
+       each filled up to its headroom before the next [I].
+    The result sums to min(budget, sum(headroom)).
+    """
+    pi = np.asarray(priority, dtype=np.float64).reshape(-1)
+    room = np.asarray(headroom).reshape(-1)
+    if pi.size == 0:
+        raise ValueError("priority is empty: no prompts to allocate to")
+    if room.shape != pi.shape:
+        raise ValueError(f"headroom has {room.size} entries but priority has {pi.size}")
+    if not np.all(np.isfinite(pi)) or np.any(pi < 0):
+        raise ValueError(f"priorities must be finite and >= 0, got {pi.tolist()}")
+    if np.any(room < 0) or not np.all(room == np.round(room)):
+        raise ValueError(f"headroom must be non-negative integers, got {room.tolist()}")
+    if int(budget) != budget or budget < 0:
+        raise ValueError(f"budget = {budget!r} must be a non-negative integer")
+    room = room.astype(np.int64)
+    budget = int(budget)
+    weight = pi if pi.sum() > 0 else np.ones_like(pi)
+    quota = budget * weight / weight.sum()
+    share = np.floor(quota).astype(np.int64)
+    left = budget - int(share.sum())
+    idx = np.arange(pi.size)
+    # lexsort: last key is primary -> larger remainder, then larger Pi, then lower index
+    order = np.lexsort((idx, -pi, -(quota - share)))
+    share[order[:left]] += 1
+    capped = np.minimum(share, room)
+    overflow = int((share - capped).sum())
+    for q in np.lexsort((idx, -pi)):
+        if overflow == 0:
+            break
+        give = min(overflow, int(room[q] - capped[q]))
+        capped[q] += give
+        overflow -= give
+    return capped.tolist()
+
+
+def allocate(rewards: Sequence[Sequence[float]], budget: int, *, step: int | float, alpha: float = 0.05,
+             lam: float = 0.03, n_max: int = 32, bonus: BonusForm = "sqrt", k: int = 1,
+             smoothed_std: bool = False) -> list[int]:
+    """Extra rollouts per prompt for one planner round (XRPO §2.2).
+
+    Args:
+        rewards: one sequence of rewards per prompt (length n_q >= 1; binary or continuous).
+        budget: N_r, rollouts to hand out this round.
+        step: T of the exploration bonus.
+        n_max: per-prompt cap; prompt q gets at most n_max - n_q.
+    Returns:
+        k_q per prompt, summing to min(budget, sum_q (n_max - n_q)).
+    """
+    d = priority_diagnostics(rewards, step=step, alpha=alpha, lam=lam, bonus=bonus, k=k, smoothed_std=smoothed_std)
+    if int(n_max) != n_max or n_max < 1:
+        raise ValueError(f"n_max = {n_max!r} must be an integer >= 1")
+    over = np.flatnonzero(d.n > n_max)
+    if over.size:
+        raise ValueError(f"prompts {over.tolist()} already have more than n_max = {n_max} rollouts")
+    return allocate_by_priority(d.priority, budget, n_max - d.n)
+
+
+def round_budgets(num_prompts: int, n_avg: int, n_base: int, rounds: int) -> list[int]:
+    """Phased plan: [B*n_base, N_1, ..., N_R] where the R rounds share B*(n_avg - n_base).
+
+    The shared part is split as evenly as possible, earlier rounds taking the remainder.
+    The total is always B*n_avg (compute-matched to GRPO with n_avg rollouts per prompt).
+    """
+    for name, v, lo in (("num_prompts", num_prompts, 1), ("n_base", n_base, 1), ("rounds", rounds, 0)):
+        if int(v) != v or v < lo:
+            raise ValueError(f"{name} = {v!r} must be an integer >= {lo}")
+    if int(n_avg) != n_avg or n_avg < n_base:
+        raise ValueError(f"n_avg = {n_avg!r} must be an integer >= n_base = {n_base}")
+    rest = num_prompts * (n_avg - n_base)
+    if rounds == 0:
+        if rest:
+            raise ValueError(f"rounds = 0 but n_avg - n_base = {n_avg - n_base} rollouts per prompt remain")
+        return [num_prompts * n_base]
+    per, extra = divmod(rest, rounds)
+    return [num_prompts * n_base] + [per + (1 if r < extra else 0) for r in range(rounds)]

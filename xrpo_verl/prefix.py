@@ -1,0 +1,232 @@
+"""Entropy-guided prefix regeneration for hard prompts (ExTra §3.2). Pure numpy.
+
+1. Hard prompt: all rollouts fail, or at most one succeeds (pass rate <= 1/n, the code's rule).
+2. Anchor y* = argmin_i MTE(y_i), MTE the mean token entropy over response tokens.
+3. Boundaries just after newline tokens; merge those < min_gap after the last kept one; drop the
+   final one (a prefix is never the whole response); keep <= max_candidates evenly spaced.
+4. Score MTE(p_b) = (1/b) sum_{t<=b} H_t.
+5. Smooth over prefix embeddings: MTE~_i = sum_j softmax_j(cos(e_i, e_j)/tau) MTE_j, and pick argmin.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from xrpo_verl.novelty import check_unit_rows
+
+HardThreshold = Literal["all_fail", "at_most_one"]
+_THRESHOLDS = ("all_fail", "at_most_one")
+
+
+def is_hard(rewards_of_one_prompt: Sequence[float], threshold: HardThreshold = "at_most_one", *,
+            success_cutoff: float = 0.0) -> bool:
+    """Whether a prompt is hard: successes (reward > success_cutoff) == 0 ("all_fail") or <= 1."""
+    if threshold not in _THRESHOLDS:
+        raise ValueError(f"threshold = {threshold!r} is not supported; choose one of {list(_THRESHOLDS)}")
+    r = np.asarray(rewards_of_one_prompt, dtype=np.float64)
+    if r.size == 0:
+        raise ValueError("is_hard needs at least one reward, got an empty group")
+    if not np.all(np.isfinite(r)):
+        raise ValueError(f"rewards must be finite, got {r.tolist()}")
+    wins = int(np.sum(r > success_cutoff))
+    return wins == 0 if threshold == "all_fail" else wins <= 1
+
+
+def select_anchor(mean_entropy: Sequence[float]) -> int:
+    """y* = argmin_i MTE(y_i) over one group's rollouts (first on ties)."""
+    m = np.asarray(mean_entropy, dtype=np.float64)
+    if m.ndim != 1 or m.size == 0 or not np.all(np.isfinite(m)):
+        raise ValueError(f"mean_entropy must be a non-empty finite (G,) array, got {m.tolist()}")
+    return int(np.argmin(m))
+
+
+def step_boundaries(token_ids: Sequence[int], newline_ids: set[int], *, min_gap: int = 32,
+                    max_candidates: int = 15, max_len: int | None = None) -> list[int]:
+    """Prefix end positions b (prefix = token_ids[:b]) at step breaks, see module docstring item 3.
+
+    Args:
+        token_ids: (T,) response token ids.
+        newline_ids: ids that end a line (e.g. the tokenizer's "\\n" and "\\n\\n").
+        min_gap: a boundary must lie >= min_gap tokens after the previous kept one (the first after 0).
+        max_candidates: keep at most this many, evenly spaced (first and last kept).
+        max_len: drop boundaries beyond this many tokens (max_prefix_frac * max_response_length).
+    Returns:
+        Sorted boundaries, each in [min_gap, T).
+    """
+    if min_gap < 1 or max_candidates < 1:
+        raise ValueError(f"min_gap = {min_gap!r} and max_candidates = {max_candidates!r} must be >= 1")
+    if not newline_ids:
+        raise ValueError("newline_ids is empty: no token can end a step")
+    kept: list[int] = []
+    last = 0
+    for i, tok in enumerate(token_ids):
+        b = i + 1
+        if tok in newline_ids and b - last >= min_gap:
+            kept.append(b)
+            last = b
+    kept = kept[:-1]  # drop the final split
+    if max_len is not None:
+        kept = [b for b in kept if b <= max_len]
+    if len(kept) > max_candidates:
+        pick = np.unique(np.round(np.linspace(0, len(kept) - 1, max_candidates)).astype(int))
+        kept = [kept[i] for i in pick]
+    return kept
+
+
+def prefix_mean_entropies(entropy: np.ndarray, boundaries: Sequence[int]) -> np.ndarray:
+    """MTE(p_b) = (1/b) sum_{t<b} H_t for each boundary b; entropy (T,) -> (N,) float64."""
+    h = np.asarray(entropy, dtype=np.float64)
+    if h.ndim != 1:
+        raise ValueError(f"entropy must be (T,), got shape {h.shape}")
+    b = np.asarray(boundaries, dtype=np.int64)
+    if b.size and (b.min() < 1 or b.max() > h.size):
+        raise ValueError(f"boundaries must lie in [1, T = {h.size}], got {b.tolist()}")
+    return np.cumsum(h)[b - 1] / b if b.size else np.zeros(0)
+
+
+def smoothed_scores(scores: np.ndarray, embeddings: np.ndarray, tau: float) -> np.ndarray:
+    """MTE~ = W @ MTE with W_ij = softmax_j(cos(e_i, e_j) / tau); (N,), (N, d) -> (N,)."""
+    if not tau > 0:
+        raise ValueError(f"tau = {tau!r} must be > 0")
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValueError(f"scores must be a non-empty finite (N,) array, got shape {s.shape}")
+    e = check_unit_rows("embeddings", embeddings, s.size).astype(np.float64)
+    logits = (e @ e.T) / tau
+    logits -= logits.max(axis=1, keepdims=True)
+    w = np.exp(logits)
+    w /= w.sum(axis=1, keepdims=True)
+    return w @ s
+
+
+@dataclass(frozen=True)
+class PrefixChoice:
+    index: int  # position among the candidates
+    span: tuple[int, int]  # token span [0, b) of the chosen prefix in its anchor response
+    score: float  # MTE(p_b)
+    smoothed: float  # MTE~(p_b)
+
+
+def select_prefix(boundaries: Sequence[int], scores: np.ndarray, embeddings: np.ndarray, *,
+                  tau: float = 0.1) -> PrefixChoice:
+    """The candidate with the lowest smoothed mean token entropy (first on ties)."""
+    b = list(boundaries)
+    if not b:
+        raise ValueError("no prefix candidates: the anchor has no step boundary")
+    sm = smoothed_scores(scores, embeddings, tau)
+    if sm.size != len(b):
+        raise ValueError(f"{len(b)} boundaries but {sm.size} scores")
+    i = int(np.argmin(sm))
+    return PrefixChoice(index=i, span=(0, int(b[i])), score=float(np.asarray(scores)[i]), smoothed=float(sm[i]))
+
+
+@dataclass
+class PrefixEntry:
+    prefix_ids: list[int]
+    score: float  # MTE(p_b)
+    embedding: np.ndarray  # (d,) L2-normalised
+
+
+class PrefixMemory:
+    """Per original prompt ring buffer of scored prefixes (ExTra code: 128 per prompt)."""
+
+    def __init__(self, capacity: int = 128) -> None:
+        if int(capacity) != capacity or capacity < 1:
+            raise ValueError(f"capacity = {capacity!r} must be an integer >= 1")
+        self.capacity = int(capacity)
+        self._mem: dict[str, deque[PrefixEntry]] = {}
+
+    def __len__(self) -> int:
+        """Number of prompt ids held."""
+        return len(self._mem)
+
+    def entries(self, prompt_id: str) -> list[PrefixEntry]:
+        return list(self._mem.get(prompt_id, ()))
+
+    def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
+        """Store a prefix (relative to the original prompt); an identical prefix is not stored twice."""
+        if not np.isfinite(score):
+            raise ValueError(f"prefix score must be finite, got {score!r}")
+        if len(prefix_ids) == 0:
+            raise ValueError("prefix_ids is empty")
+        e = check_unit_rows("embedding", np.asarray(embedding).reshape(1, -1))[0]
+        buf = self._mem.setdefault(prompt_id, deque(maxlen=self.capacity))
+        ids = [int(t) for t in prefix_ids]
+        if any(x.prefix_ids == ids for x in buf):
+            return
+        buf.append(PrefixEntry(ids, float(score), e))
+
+    def select(self, prompt_id: str, *, tau: float = 0.1) -> PrefixEntry | None:
+        """argmin of the smoothed score over this prompt's memory; None if it holds nothing."""
+        buf = self.entries(prompt_id)
+        if not buf:
+            return None
+        sm = smoothed_scores(np.array([x.score for x in buf]), np.stack([x.embedding for x in buf]), tau)
+        return buf[int(np.argmin(sm))]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"capacity": self.capacity,
+                "memory": {k: [(e.prefix_ids, e.score, e.embedding.copy()) for e in v] for k, v in self._mem.items()}}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.capacity = int(d["capacity"])
+        self._mem = {k: deque((PrefixEntry(list(p), float(s), np.asarray(e, dtype=np.float32)) for p, s, e in v),
+                              maxlen=self.capacity) for k, v in d["memory"].items()}
+
+
+@dataclass
+class GuidedPrompt:
+    """A queued guided prompt x' = x + p, carrying everything its reward needs.
+
+    The official code queued only token ids, so injected rows were scored against the replaced
+    row's ground truth; here the entry carries its own (docs/algorithms.md §3.2).
+    """
+
+    prompt_ids: list[int]
+    prefix_ids: list[int]
+    ground_truth: Any
+    data_source: str
+    original_prompt_id: str
+    uid: str
+    extra_info: dict[str, Any] = field(default_factory=dict)
+
+    def input_ids(self, max_prompt_length: int | None = None) -> list[int]:
+        """prompt_ids + prefix_ids, cut at the end to max_prompt_length (prefix tokens go first)."""
+        ids = list(self.prompt_ids) + list(self.prefix_ids)
+        return ids if max_prompt_length is None else ids[:max_prompt_length]
+
+
+class GuidedQueue:
+    """FIFO of guided prompts; when full, pushing drops the oldest (the newest are kept)."""
+
+    def __init__(self, capacity: int = 512) -> None:
+        if int(capacity) != capacity or capacity < 1:
+            raise ValueError(f"capacity = {capacity!r} must be an integer >= 1")
+        self.capacity = int(capacity)
+        self._q: deque[GuidedPrompt] = deque(maxlen=self.capacity)
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def push(self, item: GuidedPrompt) -> None:
+        if not isinstance(item, GuidedPrompt):
+            raise ValueError(f"GuidedQueue holds GuidedPrompt items, got {type(item).__name__}")
+        self._q.append(item)
+
+    def pop_many(self, n: int) -> list[GuidedPrompt]:
+        """Up to n oldest entries, removed from the queue."""
+        if int(n) != n or n < 0:
+            raise ValueError(f"n = {n!r} must be an integer >= 0")
+        return [self._q.popleft() for _ in range(min(int(n), len(self._q)))]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"capacity": self.capacity, "items": [asdict(x) for x in self._q]}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.capacity = int(d["capacity"])
+        self._q = deque((GuidedPrompt(**x) for x in d["items"]), maxlen=self.capacity)
