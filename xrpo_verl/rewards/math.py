@@ -1,0 +1,102 @@
+"""Math reward: extract the final answer, verify it against the ground truth with math-verify.
+
+`compute_score` has verl's custom-reward signature. It is safe in threads and Ray actors:
+math-verify runs in worker processes with math-verify's own `signal.alarm` timeouts disabled,
+and a call past `timeout_s` kills its worker (see `_verify_pool`).
+
+Verdicts: `correct`, `wrong`, `no_answer` (nothing extracted), `unparsable` (extracted but
+math-verify finds no expression), `timeout` (verification ran past `timeout_s`). Only `correct`
+scores 1. A malformed ground truth raises `ValueError`: it is a data bug, not a wrong answer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from xrpo_verl.rewards._verify_pool import WorkerTimeout, get_pool
+from xrpo_verl.rewards.extract import ANSWER_FORMATS, extract_answer
+
+VERDICTS = ("correct", "wrong", "no_answer", "unparsable", "timeout")
+
+
+@dataclass(frozen=True)
+class MathRewardConfig:
+    """How math responses are read and verified."""
+
+    answer_formats: tuple[str, ...] = ("boxed",)
+    """answer formats tried in order: boxed | answer_tag | hash | answer_line (default: \\boxed{}, as in our prompts)"""
+    timeout_s: float = 10.0
+    """wall-clock limit for one parse+verify of a response, seconds (our choice; math-verify's own default is 5 s per step)"""
+    num_workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
+    """math-verify worker processes per scoring process (default: min(4, CPUs))"""
+
+    def __post_init__(self):
+        if not self.answer_formats:
+            raise ValueError(f"answer_formats is empty; choose from {list(ANSWER_FORMATS)}")
+        bad = [f for f in self.answer_formats if f not in ANSWER_FORMATS]
+        if bad:
+            raise ValueError(f"unknown answer_formats {bad}; allowed: {list(ANSWER_FORMATS)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {self.num_workers}")
+
+
+DEFAULT_CONFIG = MathRewardConfig()
+
+
+def ground_truth_text(ground_truth: object) -> str:
+    """The ground truth as text; ints and floats are accepted, anything else raises `ValueError`."""
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int, float)):
+        raise ValueError(
+            f"math ground truth must be str, int or float, got {type(ground_truth).__name__}: {ground_truth!r}"
+        )
+    text = str(ground_truth).strip()
+    if not text:
+        raise ValueError("math ground truth is empty")
+    return text
+
+
+def _result(verdict: str, pred: str = "", reason: str = "") -> dict:
+    correct = verdict == "correct"
+    return {"score": float(correct), "acc": float(correct), "pred": pred, "verdict": verdict, "reason": reason}
+
+
+def verify_answer(pred: str, ground_truth: object, config: MathRewardConfig = DEFAULT_CONFIG) -> dict:
+    """Verify an already extracted answer `pred` (e.g. `"\\frac{1}{2}"`) against the ground truth."""
+    gold = ground_truth_text(ground_truth)
+    try:
+        reply = get_pool(config.num_workers).call({"gold": gold, "pred": pred}, config.timeout_s)
+    except WorkerTimeout:
+        return _result("timeout", pred, f"math-verify took longer than {config.timeout_s} s")
+    status = reply["status"]
+    if status == "bad_gold":
+        raise ValueError(reply["reason"])
+    if status == "error":
+        raise RuntimeError(f"math-verify failed on gold={gold!r} pred={pred[:200]!r}: {reply['reason']}")
+    if status == "no_parse":
+        return _result("unparsable", pred, reply["reason"])
+    return _result("correct" if reply["correct"] else "wrong", pred)
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: object,
+    extra_info: dict | None = None,
+    config: MathRewardConfig = DEFAULT_CONFIG,
+) -> dict:
+    """verl custom reward: 1.0 if the response's final answer equals `ground_truth`, else 0.0.
+
+    Returns:
+        {"score", "acc", "pred" (extracted answer or ''), "verdict" (one of VERDICTS), "reason"}
+    """
+    if not isinstance(solution_str, str):
+        raise ValueError(f"solution_str must be str, got {type(solution_str).__name__}")
+    found = extract_answer(solution_str, config.answer_formats)
+    if found.text is None:
+        # Still parse the ground truth (against an empty answer): a malformed one must raise here too.
+        checked = verify_answer("", ground_truth, config)
+        return {**checked, **_result("no_answer", reason=found.reason)}
+    return verify_answer(found.text, ground_truth, config)
