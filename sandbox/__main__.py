@@ -1,0 +1,72 @@
+"""CLI: `python -m sandbox judge|serve|build-image` (see --help)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import get_backend, judge
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sandbox", description="Judge code in a sandbox.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    j = sub.add_parser("judge", help="judge one solution; prints one JSON object")
+    j.add_argument("--problem", required=True, help="problem JSON file")
+    j.add_argument("--solution", required=True, help="source file")
+    j.add_argument("--language", required=True, choices=["python", "cpp"])
+    j.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap", "remote"])
+    j.add_argument("--url", help="server URL for --backend remote")
+    j.add_argument("--protocol", default="xrpo", choices=["xrpo", "sandboxfusion"], help="remote server kind")
+    j.add_argument("--all-tests", action="store_true", help="run every test instead of stopping at the first failure")
+    s = sub.add_parser("serve", help="serve /judge and SandboxFusion-compatible /run_code")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap"])
+    s.add_argument("--max-concurrency", type=int, default=8, help="requests judged at once")
+    b = sub.add_parser("build-image", help="build the Docker image from this host's packages (no registry)")
+    b.add_argument("--force", action="store_true", help="rebuild even when the label hash matches")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "judge":
+        with open(args.problem) as f:
+            problem = json.load(f)
+        with open(args.solution) as f:
+            code = f.read()
+        opts = {"url": args.url, "protocol": args.protocol} if args.backend == "remote" else {}
+        if args.backend == "remote" and not args.url:
+            print("error: --backend remote needs --url", file=sys.stderr)
+            return 2
+        backend = get_backend(args.backend, **opts)
+        try:
+            result = judge(problem, code, args.language, backend=backend, stop_on_first_failure=not args.all_tests)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(json.dumps(result.to_dict()))
+        return 0
+    if args.cmd == "serve":
+        from .server import make_server
+
+        server = make_server(get_backend(args.backend), args.host, args.port, args.max_concurrency)
+        print(f"serving on http://{args.host}:{server.server_address[1]}", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+        return 0
+    import docker
+
+    from .image import build_image
+
+    print(build_image(docker.from_env(), force=args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The backend interface: run one command with files, stdin and limits inside a sandbox.
+
+A `Session` is one submission's private work dir (`/work` inside the sandbox), held on one warm
+worker (a bwrap uid slot, or a pooled container) from compilation to its last test.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from ..verdict import Limits, RunResult
+
+WORK = "/work"  # the work dir's path inside every sandbox
+
+
+@dataclass
+class RunSpec:
+    """One process to run in a session."""
+
+    argv: list[str]
+    """Command inside the sandbox; relative paths resolve in /work."""
+    limits: Limits = field(default_factory=Limits)
+    """Caps for this process."""
+    stdin: bytes = b""
+    """Bytes fed to stdin."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Files written into /work before the run (plain names, no '/')."""
+    writable: bool = False
+    """Whether /work is writable (compilation); test runs see it read-only where the backend allows."""
+
+    def __post_init__(self) -> None:
+        if not self.argv or not all(isinstance(a, str) for a in self.argv):
+            raise ValueError(f"argv must be a non-empty list of strings, got {self.argv!r}")
+        for name in self.files:
+            if not name or "/" in name or name in (".", ".."):
+                raise ValueError(f"file name {name!r} must be a plain name inside /work")
+
+
+class Session(ABC):
+    """One submission's sandbox: a private /work shared by its runs, on one worker."""
+
+    @abstractmethod
+    def run(self, spec: RunSpec) -> RunResult:
+        """Run one process; a failure of the sandbox itself comes back as status ERROR."""
+
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+        """Run specs in order, stopping after the first run that does not exit 0 when asked."""
+        results = []
+        for spec in specs:
+            results.append(self.run(spec))
+            if stop_on_failure and results[-1].status.value != "ok":
+                break
+        return results
+
+
+class Backend(ABC):
+    """A sandbox kind. Thread-safe: `session()` may be entered from many threads at once."""
+
+    name: str = ""
+
+    @abstractmethod
+    def session(self) -> contextlib.AbstractContextManager[Session]:
+        """A fresh session on a warm worker; blocks while all workers are busy."""
+
+    def close(self) -> None:
+        """Release warm workers (containers, dirs)."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_file_nofollow(directory: str, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Create directory/name without following a symlink the sandboxed code may have planted there."""
+    path = os.path.join(directory, name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+

@@ -1,0 +1,264 @@
+"""bubblewrap backend: one bwrap per process, a private uid per worker slot.
+
+Each run: Popen(user=uid) -> bwrap (all namespaces unshared, read-only root, fresh tmpfs /tmp)
+-> prlimit -> command, with the command as pid 1 so wait4() sees its CPU time and peak RSS.
+RLIMIT_NPROC counts per uid, so every concurrent slot gets its own uid (sandbox.md, section 2.2).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from .. import runner
+from ..languages import PCH_DIR, pch_build_argv
+from ..verdict import Limits, RunResult, RunStatus, SandboxError
+from .base import WORK, Backend, RunSpec, Session, write_file_nofollow
+
+_ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
+_PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
+
+
+@dataclass
+class BwrapConfig:
+    workers: int = max(1, os.cpu_count() or 1)
+    """Concurrent sessions (slots); each has its own uid."""
+    uid_base: int = 60000
+    """Slot i runs as uid/gid uid_base + i; keep the range free of real users."""
+    tmp_mb: int = 64
+    """Size of the private tmpfs /tmp of every run, in MiB."""
+    work_root: str | None = None
+    """Where session work dirs are created on the host (None: the system temp dir)."""
+    cache_dir: str = "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox")
+    """Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.uid_base < 1000 or self.tmp_mb < 1:
+            raise ValueError(f"bad BwrapConfig: workers={self.workers} (>=1), uid_base={self.uid_base} (>=1000), tmp_mb={self.tmp_mb} (>=1)")
+
+
+def bwrap_available() -> str | None:
+    """None when bubblewrap can start a sandbox here, else the reason it cannot."""
+    if shutil.which("bwrap") is None:
+        return "bwrap is not installed (apt-get install bubblewrap)"
+    if shutil.which("prlimit") is None:
+        return "prlimit is not installed (util-linux)"
+    try:
+        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--", "true"], capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap failed to start: {e}"
+    return None if r.returncode == 0 else f"bwrap cannot create namespaces: {r.stderr.decode(errors='replace').strip()}"
+
+
+class BwrapBackend(Backend):
+    name = "bwrap"
+
+    def __init__(self, config: BwrapConfig | None = None) -> None:
+        self.config = config or BwrapConfig()
+        self._slots: queue.Queue[int] = queue.Queue()
+        for i in range(self.config.workers):
+            self._slots.put(self.config.uid_base + i)
+        self._pch_lock = threading.Lock()
+        self._cgroups = {uid: _MemoryCgroup(uid) for uid in list(self._slots.queue)}
+        self.pch_dir = os.path.join(self.config.cache_dir, f"pch-{_gcc_version()}")
+
+    @contextlib.contextmanager
+    def session(self):
+        uid = self._slots.get()
+        work = tempfile.mkdtemp(prefix="xrpo-sbx-", dir=self.config.work_root)
+        try:
+            os.chmod(work, 0o700)
+            os.chown(work, uid, uid)
+            yield BwrapSession(self, uid, work, self._cgroups[uid])
+        finally:
+            try:
+                reap(uid)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+                self._slots.put(uid)
+
+    def ensure_pch(self) -> None:
+        """Build bits/stdc++.h.gch once (about 7 s); compiles use it through -I/pch."""
+        gch = os.path.join(self.pch_dir, "bits", "stdc++.h.gch")
+        with self._pch_lock:
+            if os.path.exists(gch):
+                return
+            os.makedirs(os.path.dirname(self.pch_dir), mode=0o755, exist_ok=True)
+            tmp = tempfile.mkdtemp(prefix="pch-", dir=os.path.dirname(self.pch_dir))
+            # The header is trusted system input, so the host compiler builds it directly.
+            r = subprocess.run(pch_build_argv(os.path.join(tmp, "bits", "stdc++.h.gch")), capture_output=True)
+            if r.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise RuntimeError(f"building the precompiled header failed: {r.stderr.decode(errors='replace')[-500:]}")
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, self.pch_dir)
+
+
+class _MemoryCgroup:
+    """A cgroup-v1 memory group per slot, for the peak memory of a run.
+
+    wait4()'s ru_maxrss is no use here: a forked child inherits the parent's high-water mark,
+    so every run would report at least the judging process's own size.
+    """
+
+    def __init__(self, uid: int) -> None:
+        own = _own_memory_cgroup()
+        self.path = None if own is None else os.path.join(own, "xrpo-sandbox", f"slot-{uid}")
+        if self.path is not None:
+            try:
+                os.makedirs(self.path, exist_ok=True)
+                os.chown(os.path.join(self.path, "cgroup.procs"), uid, uid)  # lets the slot uid join
+            except OSError:
+                self.path = None
+
+    def enter_argv(self) -> list[str]:
+        """Reset the peak and return an argv prefix by which the process joins the group itself,
+        before bwrap forks anything (a move from outside would race with its first clone)."""
+        if self.path is None:
+            return []
+        try:
+            _write_text(os.path.join(self.path, "memory.max_usage_in_bytes"), "0")
+        except OSError:
+            return []
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(self.path, "cgroup.procs")]
+
+    def pids(self) -> list[int] | None:
+        if self.path is None:
+            return None
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return None
+
+    def peak_mb(self) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            with open(os.path.join(self.path, "memory.max_usage_in_bytes")) as f:
+                return int(f.read()) / 2**20
+        except OSError:
+            return None
+
+
+def reap(uid: int, timeout_s: float = 5.0) -> None:
+    """SIGKILL every process of a slot and wait until they are gone: a killed namespace dies
+    asynchronously, and survivors would count against the next run's RLIMIT_NPROC."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = _pids_of_uid(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise SandboxError(f"processes {pids[:5]} of sandbox uid {uid} survived SIGKILL for {timeout_s} s")
+        time.sleep(0.005)
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    pids.append(int(name))
+    return pids
+
+
+def _own_memory_cgroup() -> str | None:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if "memory" in controllers.split(","):
+                    base = "/sys/fs/cgroup/memory" + path
+                    return base if os.access(base, os.W_OK) else None
+    except OSError:
+        pass
+    return None
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class BwrapSession(Session):
+    def __init__(self, backend: BwrapBackend, uid: int, work: str, cgroup: _MemoryCgroup) -> None:
+        self.backend, self.uid, self.work, self.cgroup = backend, uid, work, cgroup
+
+    def _argv(self, spec: RunSpec, status_fd: int) -> list[str]:
+        cfg = self.backend.config
+        argv = ["bwrap", "--size", str(cfg.tmp_mb << 20), "--tmpfs", "/tmp"]
+        for d in _ROOT_BINDS:
+            if os.path.exists(d):
+                argv += ["--ro-bind", d, d]
+        argv += ["--bind" if spec.writable else "--ro-bind", self.work, WORK]
+        if os.path.isdir(self.backend.pch_dir):
+            argv += ["--ro-bind", self.backend.pch_dir, PCH_DIR]
+        argv += [
+            "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
+            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
+            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+            "--",
+            # The marker on status_fd proves bwrap finished its setup: without it the failure is ours (SE).
+            "/bin/bash", "-c", f'printf started >&{status_fd}; exec {status_fd}>&-; exec "$@"', "bash",
+        ]
+        return argv + runner.limit_prefix(spec.limits.to_dict()) + spec.argv
+
+    def run(self, spec: RunSpec) -> RunResult:
+        if f"-I{PCH_DIR}" in spec.argv:
+            self.backend.ensure_pch()
+        for name, data in spec.files.items():
+            write_file_nofollow(self.work, name, data, 0o755)
+        r_fd, w_fd = os.pipe()
+        try:
+            raw = runner.run_capped(
+                self.cgroup.enter_argv() + self._argv(spec, w_fd), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
+                user=self.uid, pass_fds=(w_fd,),
+            )
+            peak = self.cgroup.peak_mb()
+            if peak is not None:
+                raw["memory_mb"] = peak
+            if raw["status"] != "ok":
+                reap(self.uid)
+            os.close(w_fd)
+            w_fd = -1
+            with os.fdopen(r_fd, "rb") as f:
+                status = f.read()
+            r_fd = -1
+        except OSError as e:
+            return RunResult(RunStatus.ERROR, message=f"bwrap could not start: {e}")
+        finally:
+            for fd in (r_fd, w_fd):
+                if fd >= 0:
+                    os.close(fd)
+        return _result(raw, status)
+
+
+def _result(raw: dict, status: bytes) -> RunResult:
+    if status != b"started" and raw["status"] not in ("timeout", "output_limit"):
+        err = raw["stderr"].decode(errors="replace").strip()
+        return RunResult(RunStatus.ERROR, message=f"bwrap failed before starting the program: {err[-300:]}")
+    res = RunResult(RunStatus(raw["status"]), **{k: raw[k] for k in ("exit_code", "signal", "stdout", "stderr", "cpu_s", "wall_s", "memory_mb", "message")})
+    # The program is pid 1 of its namespace; bwrap reports its death by signal n as exit 128+n.
+    if res.status is RunStatus.EXITED and res.exit_code is not None and 128 < res.exit_code < 160:
+        res.status, res.signal, res.exit_code = RunStatus.SIGNALED, res.exit_code - 128, None
+    return res
+
+
+def _gcc_version() -> str:
+    try:
+        return subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip() or "none"
+    except OSError:
+        return "none"

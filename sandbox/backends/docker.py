@@ -1,0 +1,301 @@
+"""Docker backend: a warm pool of locked-down containers; one `docker exec` of the in-image
+runner per batch, so a submission's tests run back to back inside one container.
+
+Container flags (sandbox.md, section 2.1): no network, memory+swap capped, pids limit, read-only
+root, an exec-able tmpfs /work, cap-drop ALL, no-new-privileges, non-root users, --init.
+The container's keep-alive runs as uid `idle_uid`; submissions run as a per-container uid, so
+they can neither kill it nor see another container's processes in the host's NPROC count.
+Containers are killed through the API, remove themselves when their keep-alive exits (it exits
+when the host stops touching /job/alive), and stale ones are collected at start-up.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import queue
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+
+from ..image import IMAGE, RUNNER_PATH, build_image
+from ..verdict import Limits, RunResult, RunStatus
+from .base import WORK, Backend, RunSpec, Session
+
+LABEL = "xrpo.sandbox"
+_HOST = socket.gethostname()
+# Exits (and so removes the container) once /job/alive is 120 s stale: the host died.
+_KEEPALIVE = 'while sleep 5; do [ $(( $(date +%s) - $(stat -c %Y /job/alive) )) -lt 120 ] || exit 0; done'
+
+
+@dataclass
+class DockerConfig:
+    workers: int = max(1, os.cpu_count() or 1)
+    """Warm containers kept in the pool (concurrent sessions)."""
+    memory_mb: int = 4096
+    """Container memory cap (memory and swap), covering the compiler and any one test."""
+    pids_limit: int = 128
+    """Processes and threads per container (pids cgroup)."""
+    cpus: float = 1.0
+    """CPU quota per container, in cores."""
+    work_mb: int = 512
+    """Size of the tmpfs /work."""
+    uid_base: int = 61000
+    """Container i runs submissions as uid uid_base + i."""
+    idle_uid: int = 65534
+    """uid of the keep-alive process (nobody)."""
+    image: str = IMAGE
+    """Image; built with `python -m sandbox build-image` when it is the default and missing."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8:
+            raise ValueError(f"bad DockerConfig: workers={self.workers} (>=1), memory_mb={self.memory_mb} (>=256), pids_limit={self.pids_limit} (>=8)")
+
+
+def docker_available() -> str | None:
+    """None when a Docker daemon answers, else why not."""
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+    except Exception as e:  # any failure to reach the daemon means "not available"
+        return f"no Docker daemon answers: {e}"
+    return None
+
+
+class _Worker:
+    """One pooled container, its host-side /job dir, and its submission uid."""
+
+    def __init__(self, container, job: str, uid: int) -> None:
+        self.container, self.job, self.uid = container, job, uid
+        self.fresh = True  # needs a reset before the next session
+        self.broken = False
+
+
+class DockerBackend(Backend):
+    name = "docker"
+
+    def __init__(self, config: DockerConfig | None = None) -> None:
+        import docker
+
+        self.config = config or DockerConfig()
+        self.client = docker.from_env(timeout=120, max_pool_size=max(10, 2 * self.config.workers))
+        if self.config.image == IMAGE:
+            build_image(self.client)
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._free_uids = queue.Queue()
+        for i in range(self.config.workers):
+            self._free_uids.put(self.config.uid_base + i)
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._root = tempfile.mkdtemp(prefix="xrpo-docker-")
+        os.chmod(self._root, 0o711)
+        collect_stale(self.client)
+        threading.Thread(target=self._heartbeat, daemon=True, name="xrpo-docker-heartbeat").start()
+        atexit.register(self.close)
+
+    # ---- pool ----
+    def _spawn(self, uid: int) -> _Worker:
+        cfg = self.config
+        job = tempfile.mkdtemp(prefix=f"w{uid}-", dir=self._root)
+        os.chown(job, uid, uid)
+        os.chmod(job, 0o711)  # the keep-alive (another uid) may only stat alive
+        _touch(os.path.join(job, "alive"))
+        container = self.client.containers.run(
+            cfg.image, ["sh", "-c", _KEEPALIVE], detach=True, auto_remove=True, init=True,
+            network_mode="none", mem_limit=f"{cfg.memory_mb}m", memswap_limit=f"{cfg.memory_mb}m",
+            pids_limit=cfg.pids_limit, nano_cpus=int(cfg.cpus * 1e9), read_only=True,
+            tmpfs={WORK: f"rw,exec,nosuid,nodev,size={cfg.work_mb}m,uid={uid},gid={uid},mode=0700",
+                   "/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
+            cap_drop=["ALL"], security_opt=["no-new-privileges"], user=f"{cfg.idle_uid}:{cfg.idle_uid}",
+            volumes={job: {"bind": "/job", "mode": "ro"}}, working_dir=WORK, environment={},
+            labels={LABEL: "1", f"{LABEL}.host": _HOST, f"{LABEL}.pid": str(os.getpid())},
+        )
+        return _Worker(container, job, uid)
+
+    def _acquire(self) -> _Worker:
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            try:
+                uid = self._free_uids.get(timeout=0.05)
+            except queue.Empty:
+                with contextlib.suppress(queue.Empty):
+                    return self._idle.get(timeout=0.5)
+                continue
+            try:
+                w = self._spawn(uid)
+            except BaseException:
+                self._free_uids.put(uid)
+                raise
+            with self._lock:
+                self._all.add(w)
+            return w
+
+    def _discard(self, w: _Worker) -> None:
+        with contextlib.suppress(Exception):
+            w.container.kill()
+        with contextlib.suppress(Exception):
+            w.container.remove(force=True)
+        shutil.rmtree(w.job, ignore_errors=True)
+        with self._lock:
+            self._all.discard(w)
+        self._free_uids.put(w.uid)
+
+    @contextlib.contextmanager
+    def session(self):
+        w = self._acquire()
+        ok = False
+        try:
+            yield DockerSession(self, w)
+            ok = not w.broken
+        finally:  # an exception or interrupt mid-run leaves the container in an unknown state
+            if ok and not self._closed.is_set():
+                w.fresh = True
+                self._idle.put(w)
+            else:
+                self._discard(w)
+
+    def _heartbeat(self) -> None:
+        while not self._closed.wait(20):
+            with self._lock:
+                workers = list(self._all)
+            for w in workers:
+                with contextlib.suppress(OSError):
+                    _touch(os.path.join(w.job, "alive"))
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with self._lock:
+            workers = list(self._all)
+        for w in workers:
+            self._discard(w)
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+class DockerSession(Session):
+    def __init__(self, backend: DockerBackend, worker: _Worker) -> None:
+        self.backend, self.w = backend, worker
+        self._batches = 0
+
+    def run(self, spec: RunSpec) -> RunResult:
+        return self.run_many([spec], stop_on_failure=True)[0]
+
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+        if self.w.broken:
+            return [RunResult(RunStatus.ERROR, message="container is gone")]
+        batch_dir = os.path.join(self.w.job, f"b{self._batches}")
+        self._batches += 1
+        os.mkdir(batch_dir)
+        os.chmod(batch_dir, 0o755)
+        steps = []
+        for i, spec in enumerate(specs):
+            files = {}
+            for j, (name, data) in enumerate(spec.files.items()):
+                _write(os.path.join(batch_dir, f"f{i}_{j}"), data)
+                files[name] = f"f{i}_{j}"
+            if spec.stdin:
+                _write(os.path.join(batch_dir, f"in{i}"), spec.stdin)
+            steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None})
+        _write(os.path.join(batch_dir, "batch.json"), json.dumps({"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}).encode())
+        self.w.fresh = False
+        try:
+            return self._exec(specs, f"/job/b{self._batches - 1}/batch.json")
+        finally:
+            shutil.rmtree(batch_dir, ignore_errors=True)
+
+    def _exec(self, specs: list[RunSpec], batch_path: str) -> list[RunResult]:
+        api, cid = self.backend.client.api, self.w.container.id
+        budget = sum(s.limits.wall_s for s in specs) + 30  # the runner enforces each wall clock itself
+        killed = threading.Event()
+
+        def watchdog() -> None:  # the runner itself was stopped or hung: kill from outside
+            killed.set()
+            self.w.broken = True
+            with contextlib.suppress(Exception):
+                self.w.container.kill()
+
+        timer = threading.Timer(budget, watchdog)
+        timer.start()
+        results: list[RunResult] = []
+        begun, pending, err = -1, [], b""
+        try:
+            ex = api.exec_create(cid, ["python3", "-I", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK)
+            for out, e in api.exec_start(ex["Id"], stream=True, demux=True):
+                err = (err + e)[-8192:] if e else err
+                if not out:
+                    continue
+                pending.append(out)
+                if b"\n" not in out:  # join only at line ends: results can be megabytes long
+                    continue
+                *lines, tail = b"".join(pending).split(b"\n")
+                pending = [tail]
+                for line in lines:
+                    msg = json.loads(line)
+                    if "begin" in msg:
+                        begun = msg["begin"]
+                    else:
+                        msg.pop("result")
+                        results.append(RunResult.from_wire(msg))
+            code = api.exec_inspect(ex["Id"])["ExitCode"]
+        except Exception as e:  # the daemon or container failed under us
+            self.w.broken = True
+            return results + [RunResult(RunStatus.ERROR, message=f"docker exec failed: {type(e).__name__}: {e}")]
+        finally:
+            timer.cancel()
+        if begun >= len(results):  # a step started but never reported
+            self.w.broken = True
+            if killed.is_set():
+                results.append(RunResult(RunStatus.TIMEOUT, message="the runner stopped responding"))
+            elif code == 1 and b"Traceback" in err:
+                results.append(RunResult(RunStatus.ERROR, message=f"runner failed: {err[-500:].decode(errors='replace')}"))
+            else:  # the submission killed its runner (it runs under the same uid)
+                results.append(RunResult(RunStatus.SIGNALED, signal=9, message="the program killed the judge's runner"))
+        elif code != 0 and not results:
+            self.w.broken = True
+            results.append(RunResult(RunStatus.ERROR, message=f"runner exited {code}: {err[-500:].decode(errors='replace')}"))
+        return results
+
+
+def collect_stale(client) -> int:
+    """Remove this host's sandbox containers whose owning process is gone; returns how many."""
+    n = 0
+    for c in client.containers.list(all=True, filters={"label": [LABEL, f"{LABEL}.host={_HOST}"]}):
+        pid = int(c.labels.get(f"{LABEL}.pid", "0"))
+        if pid != os.getpid() and not _alive(pid):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+                n += 1
+    return n
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid > 0
+
+
+def _touch(path: str) -> None:
+    with open(path, "a"):
+        pass
+    os.utime(path)
+    os.chmod(path, 0o644)
+
+
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

@@ -1,0 +1,34 @@
+"""Sandbox test fixtures: one warm backend of each kind per session.
+
+A backend's tests skip, with the reason, only when bubblewrap or a Docker daemon is genuinely
+absent here. The Docker image is built once (about 20 s) and reused while its label hash matches.
+"""
+from __future__ import annotations
+
+import pytest
+
+from sandbox.backends.bwrap import BwrapBackend, BwrapConfig, bwrap_available
+from sandbox.backends.docker import DockerBackend, DockerConfig, docker_available
+
+
+@pytest.fixture(scope="session")
+def bwrap_backend():
+    reason = bwrap_available()
+    if reason:
+        pytest.skip(f"bubblewrap backend unavailable: {reason}")
+    return BwrapBackend(BwrapConfig(workers=4))
+
+
+@pytest.fixture(scope="session")
+def docker_backend():
+    reason = docker_available()
+    if reason:
+        pytest.skip(f"docker backend unavailable: {reason}")
+    be = DockerBackend(DockerConfig(workers=2))
+    yield be
+    be.close()
+
+
+@pytest.fixture(params=["bwrap", "docker"])
+def backend(request):
+    return request.getfixturevalue(f"{request.param}_backend")
