@@ -1,0 +1,154 @@
+"""Plugin state that must survive a checkpoint: ICL corpus, novelty memory, prefix memory, guided queue.
+
+Saved as `{default_local_dir}/global_step_{N}/xrpo/state.pkl` *before* verl writes
+`latest_checkpointed_iteration.txt`, so a checkpoint that verl would resume from always holds it.
+Everything is filled during a step (rounds and `_compute_advantage`) and never in
+`on_step_end`, which runs after the save; so a resumed run continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+from xrpo_verl.verl_adapters.config import PluginSettings
+
+STATE_DIR = "xrpo"
+STATE_FILE = "state.pkl"
+STATE_VERSION = 1
+
+
+class PluginState:
+    """Holds the stateful parts; each is built on first use (the embedder loads lazily).
+
+    Args:
+        settings: the validated plugin settings.
+        embedder_factory: `(EmbedderConfig) -> object with encode(list[str]) -> (N, d) float32`;
+            defaults to `xrpo_verl.embeddings.get_embedder`.
+    """
+
+    def __init__(self, settings: PluginSettings, embedder_factory: Callable[[Any], Any] | None = None):
+        self.settings = settings
+        self._embedder_factory = embedder_factory or _default_embedder
+        self._pending: dict[str, dict] = {}  # state loaded before its component was built
+        self.corpus = None
+        self.novelty = None
+        self.prefix_memory = None
+        self.guided_queue = None
+        self.reward_var = None
+        # Full dataset rows of queued guided prompts, by guided uid: restored verbatim on injection,
+        # so a guided prompt never inherits another row's ground truth or metadata.
+        self.guided_rows: dict[str, dict] = {}
+        self.counters: dict[str, int] = {"icl_triggers": 0, "icl_flips": 0, "guided_injected": 0}
+        self._build()
+
+    # ------------------------------------------------------------------ building
+    def icl_embedder(self):
+        return self._embedder_factory(self.settings.xrpo.embedder)
+
+    def extra_embedder(self):
+        return self._embedder_factory(self.settings.extra.embedder)
+
+    def _build(self) -> None:
+        s = self.settings
+        if s.use_icl:
+            from xrpo_verl.icl import ICLCorpus
+
+            self.corpus = ICLCorpus(_LazyEmbedder(self.icl_embedder), per_prompt=s.xrpo.icl.per_prompt,
+                                    keep=s.xrpo.icl.keep)
+        if s.use_novelty:
+            from xrpo_verl.novelty import NoveltyMemory
+
+            nov = s.extra.novelty
+            self.novelty = NoveltyMemory(capacity=nov.memory_size, warmup=nov.warmup)
+            if nov.placement == "before_norm":
+                from xrpo_verl.novelty import RewardVarianceEMA
+
+                self.reward_var = RewardVarianceEMA(rate=nov.var_ema_rate, coef=nov.var_coef)
+        if s.use_prefix:
+            from xrpo_verl.prefix import GuidedQueue, PrefixMemory
+
+            self.prefix_memory = PrefixMemory(capacity=s.extra.prefix.max_prefixes_per_prompt)
+            self.guided_queue = GuidedQueue(capacity=s.extra.prefix.queue_size)
+
+    def _components(self) -> dict[str, Any]:
+        return {
+            "corpus": self.corpus,
+            "novelty": self.novelty,
+            "prefix_memory": self.prefix_memory,
+            "guided_queue": self.guided_queue,
+            "reward_var": self.reward_var,
+        }
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def remember_guided_row(self, uid: str, row: dict) -> None:
+        """Keep the full row of a queued guided prompt; like the queue, keep only the newest `queue_size`."""
+        self.guided_rows[uid] = row
+        excess = len(self.guided_rows) - self.settings.extra.prefix.queue_size
+        for old in list(self.guided_rows)[: max(0, excess)]:
+            del self.guided_rows[old]
+
+    def state_dict(self) -> dict:
+        return {
+            "version": STATE_VERSION,
+            "components": {k: (v.state_dict() if v is not None else None) for k, v in self._components().items()},
+            "guided_rows": dict(self.guided_rows),
+            "counters": dict(self.counters),
+        }
+
+    def load_state_dict(self, d: dict) -> None:
+        if d.get("version") != STATE_VERSION:
+            raise ValueError(f"xrpo plugin state version {d.get('version')!r} is not supported (expected {STATE_VERSION})")
+        for name, component in self._components().items():
+            saved = d["components"].get(name)
+            if component is None:
+                continue  # feature switched off since the checkpoint: its state is not needed
+            if saved is None:
+                raise ValueError(
+                    f"checkpoint has no state for {name!r}, but that feature is on now; resuming would not be exact"
+                )
+            component.load_state_dict(saved)
+        self.guided_rows = dict(d["guided_rows"])
+        self.counters = dict(d["counters"])
+
+    def save(self, step_dir: str) -> str:
+        """Write atomically to `{step_dir}/xrpo/state.pkl`; returns the path."""
+        folder = os.path.join(step_dir, STATE_DIR)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(self.state_dict(), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+        return path
+
+    def load(self, step_dir: str) -> None:
+        path = os.path.join(step_dir, STATE_DIR, STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"resuming from {step_dir} but it has no xrpo plugin state ({path}); "
+                "it was not written by trainer mode 'xrpo'"
+            )
+        with open(path, "rb") as f:
+            self.load_state_dict(pickle.load(f))
+
+
+class _LazyEmbedder:
+    """Loads the sentence encoder on the first `encode`, so start-up and state loading stay cheap."""
+
+    def __init__(self, factory: Callable[[], Any]):
+        self._factory = factory
+        self._model = None
+
+    def encode(self, texts: list[str]):
+        if self._model is None:
+            self._model = self._factory()
+        return self._model.encode(texts)
+
+
+def _default_embedder(cfg):
+    from xrpo_verl.embeddings import get_embedder
+
+    return get_embedder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
