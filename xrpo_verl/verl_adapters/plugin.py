@@ -19,10 +19,5 @@ REGISTRATION_MODULES = (
 
 LOADED = []
 for _name in REGISTRATION_MODULES:
-    try:
-        importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a part not built yet; anything else must surface
-        if exc.name != _name:
-            raise
-    else:
-        LOADED.append(_name)
+    importlib.import_module(_name)
+    LOADED.append(_name)
