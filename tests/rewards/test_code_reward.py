@@ -141,3 +141,29 @@ def test_sandbox_error_then_success_scores_the_real_verdict():
     config = CodeRewardConfig(backend=backend, se_retries=2, retry_backoff_s=0.0)
     result = compute_score("code/x", GOOD, "add", {"problem": ADD}, config)
     assert result["verdict"] == "AC" and type(backend).calls == 2
+
+
+def test_remote_backend_needs_a_url_and_only_then():
+    with pytest.raises(ValueError, match="url is required"):
+        CodeRewardConfig(backend="remote")
+    with pytest.raises(ValueError, match="url is required"):
+        CodeRewardConfig(backend="bwrap", url="http://127.0.0.1:1")
+
+
+@needs_bwrap
+def test_remote_service_judges_like_the_local_backend():
+    """A cluster's reward workers reach a shared `python -m sandbox serve` through backend=remote."""
+    import threading
+
+    from sandbox import get_backend
+    from sandbox.server import make_server
+
+    server = make_server(get_backend("bwrap"), "127.0.0.1", 0, max_concurrency=2)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = CodeRewardConfig(backend="remote", url=f"http://127.0.0.1:{server.server_address[1]}")
+        assert compute_score("code/x", GOOD, "add", {"problem": ADD}, remote)["verdict"] == "AC"
+        assert compute_score("code/x", HALF, "add", {"problem": ADD}, remote)["verdict"] == "WA"
+    finally:
+        server.shutdown()
+        server.server_close()

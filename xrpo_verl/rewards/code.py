@@ -12,6 +12,7 @@ Verdicts: the sandbox's (AC WA TLE MLE RE CE OLE), plus `no_code` (no fenced blo
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ class CodeRewardConfig:
     """pass_fail: 1 for AC else 0; fraction: passed tests / all tests (runs every test)"""
     backend: object = "auto"
     """sandbox backend for `sandbox.judge`: a name (auto | docker | bwrap | remote) or a `sandbox.Backend`"""
+    url: str | None = None
+    """with backend=remote: the sandbox service, e.g. http://127.0.0.1:8080 (`python -m sandbox serve`)"""
+    protocol: Literal["xrpo", "sandboxfusion"] = "xrpo"
+    """with backend=remote: our /judge API, or SandboxFusion's /run_code"""
     default_language: str = "python"
     """language assumed for a fence with no tag (our prompts ask for ```python)"""
     se_retries: int = 2
@@ -51,9 +56,24 @@ class CodeRewardConfig:
             raise ValueError(f"se_retries must be >= 0, got {self.se_retries}")
         if self.retry_backoff_s < 0:
             raise ValueError(f"retry_backoff_s must be >= 0, got {self.retry_backoff_s}")
+        if (self.backend == "remote") != (self.url is not None):
+            raise ValueError(f"url is required with backend='remote' and only then; got backend={self.backend!r}, url={self.url!r}")
+
+    def sandbox_backend(self) -> object:
+        """What `sandbox.judge` takes: the name, or for remote a shared client for `url`."""
+        if self.backend != "remote":
+            return self.backend
+        return _remote_backend(self.url, self.protocol)
 
 
 DEFAULT_CONFIG = CodeRewardConfig()
+
+
+@functools.lru_cache(maxsize=None)
+def _remote_backend(url: str, protocol: str):
+    from sandbox import get_backend
+
+    return get_backend("remote", url=url, protocol=protocol)
 
 
 def _as_problem(value: object, where: str) -> dict | None:
@@ -109,7 +129,7 @@ def judge_with_retries(problem: dict, code: str, language: str, config: CodeRewa
                 problem,
                 code,
                 language,
-                backend=config.backend,
+                backend=config.sandbox_backend(),
                 stop_on_first_failure=config.reward_mode == "pass_fail",
             )
         except ValueError:  # a bad problem or argument: retrying cannot help
