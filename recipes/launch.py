@@ -6,7 +6,7 @@ Keys of a recipe file:
 
     description  one line
     hardware     where it runs (required in model files)
-    config_name  xrpo_trainer (our trainer mode, xrpo_verl/config/) or ppo_trainer (verl's own)
+    config_name  xrpo_trainer (our trainer mode, xrpo_verl/hydra_config/) or ppo_trainer (verl's own)
     extends      recipe files applied first (paths relative to recipes/)
     env          defaults of the ${UPPER_CASE} placeholders; the environment overrides them
     overrides    Hydra overrides, in order (a later one wins)

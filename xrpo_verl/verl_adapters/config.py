@@ -20,7 +20,7 @@ from xrpo_verl.config import ExTraConfig, XRPOConfig
 
 TRAINER_MODE = "xrpo"
 # Hydra config dir holding xrpo_trainer.yaml (pass it to main_ppo as --config-path).
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hydra_config")
 AGENT_LOOP_MANAGER = "xrpo_verl.verl_adapters.agent_loops.XrpoAgentLoopManager"
 
 # Which advantage-side features each estimator applies on top of GRPO (or Dr.GRPO without std).
@@ -241,5 +241,5 @@ def validate_trainer_config(config: DictConfig, *, check_embedder: bool = True) 
 
 
 def method_defaults_yaml() -> str:
-    """The `algorithm.xrpo` / `algorithm.extra` defaults, as written into `xrpo_verl/config/xrpo_trainer.yaml`."""
+    """The `algorithm.xrpo` / `algorithm.extra` defaults, as written into `xrpo_verl/hydra_config/xrpo_trainer.yaml`."""
     return OmegaConf.to_yaml({"xrpo": XRPOConfig().to_dict(), "extra": ExTraConfig().to_dict()})

@@ -1,6 +1,6 @@
 """Trainer mode `xrpo`: verl 0.9.1's V1 sync trainer with XRPO/ExTra rollout rounds and advantages.
 
-Select with `trainer.v1.trainer_mode=xrpo` (see `xrpo_verl/config/xrpo_trainer.yaml`). One step:
+Select with `trainer.v1.trainer_mode=xrpo` (see `xrpo_verl/hydra_config/xrpo_trainer.yaml`). One step:
 
 1. phase 0: the dataloader batch, `n_base` rollouts per prompt; queued ExTra guided prompts
    replace its tail rows (own uid, own dataset row, agent loop `extra_prefix`, `n_suffix` rollouts);
