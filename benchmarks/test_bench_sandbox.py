@@ -42,7 +42,9 @@ def bare_s() -> float:
 def bwrap():
     if reason := bwrap_available():
         pytest.skip(reason)
-    return BwrapBackend(BwrapConfig(workers=2))
+    be = BwrapBackend(BwrapConfig(workers=2))
+    yield be
+    be.close()  # removes the slot cgroups and releases the leased uids
 
 
 @pytest.fixture(scope="module")

@@ -19,21 +19,26 @@ import time
 STDERR_CAP = 64 << 10  # stderr is only kept for messages; it never causes OLE
 
 
+def rlimits(limits: dict) -> dict[str, int]:
+    """The rlimits applying the Limits fields (see verdict.Limits), by `prlimit` option name.
+
+    soft = hard: SIGKILL at the CPU limit (a namespace's pid 1 would ignore SIGXCPU anyway), and
+    the program cannot raise any of them back.
+    """
+    return {
+        "as": int(limits["memory_mb"]) << 20,
+        "stack": int(limits["memory_mb"]) << 20,  # deep recursion is legal, as on Codeforces
+        "cpu": max(1, math.ceil(limits["cpu_s"])),
+        "nproc": int(limits["max_processes"]),
+        "fsize": int(limits["max_file_mb"]) << 20,
+        "core": 0,
+        "nofile": 256,
+    }
+
+
 def limit_prefix(limits: dict) -> list[str]:
-    """`prlimit` argv applying the Limits fields (see verdict.Limits) to the command after it."""
-    cpu = max(1, math.ceil(limits["cpu_s"]))
-    # soft = hard: SIGKILL at the limit (a namespace's pid 1 would ignore SIGXCPU anyway).
-    return [
-        "prlimit",
-        f"--as={int(limits['memory_mb']) << 20}",
-        f"--stack={int(limits['memory_mb']) << 20}",  # deep recursion is legal, as on Codeforces
-        f"--cpu={cpu}",
-        f"--nproc={int(limits['max_processes'])}",
-        f"--fsize={int(limits['max_file_mb']) << 20}",
-        "--core=0",
-        "--nofile=256",
-        "--",
-    ]
+    """`prlimit` argv applying `rlimits(limits)` to the command after it."""
+    return ["prlimit", *(f"--{name}={value}" for name, value in rlimits(limits).items()), "--"]
 
 
 def _kill_group(pid: int) -> None:
@@ -43,10 +48,10 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None, cwd=None, env=None, pass_fds=(), on_start=None):
+def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None, cwd=None, env=None, pass_fds=(), preexec_fn=None):
     """Run argv in a new session; kill its group on the wall clock or when stdout passes max_output.
 
-    on_start(pid) runs right after the process starts (e.g. to move it into a cgroup).
+    preexec_fn runs in the child before exec, after it switched to `user` (rlimits, cgroup join).
 
     Returns a dict with the RunResult fields (stdout/stderr as bytes).
     """
@@ -54,10 +59,8 @@ def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None,
     ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
     p = subprocess.Popen(
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
-        start_new_session=True, pass_fds=pass_fds, **ids,
+        start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn, **ids,
     )
-    if on_start is not None:
-        on_start(p.pid)
     pidfd = os.pidfd_open(p.pid)
     sel = selectors.DefaultSelector()
     out, err, sizes = [], [], {1: 0, 2: 0}

@@ -1,15 +1,17 @@
 """bubblewrap backend: one bwrap per process, a private uid per worker slot.
 
-Each run: Popen(user=uid) -> bwrap (all namespaces unshared, read-only root, fresh tmpfs /tmp)
--> prlimit -> command, with the command as pid 1 so wait4() sees its CPU time and peak RSS.
-RLIMIT_NPROC counts per uid, so every concurrent slot gets its own uid (sandbox.md, section 2.2).
+Each run: Popen(user=uid, preexec_fn: join the slot cgroup, set the rlimits) -> bwrap (all
+namespaces unshared, read-only root, fresh tmpfs /tmp) -> command, with the command as pid 1 so
+wait4() sees its CPU time. No shell or prlimit in between: each extra exec cost a few ms per run.
+RLIMIT_NPROC counts per uid host-wide, so every slot's uid is leased host-wide (uids.py).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
-import json
 import os
 import queue
+import resource
 import shutil
 import signal
 import subprocess
@@ -22,6 +24,7 @@ from .. import runner
 from ..languages import PCH_DIR, pch_build_argv
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
 from .base import WORK, Backend, RunSpec, Session, write_file_nofollow
+from .uids import UidLease, default_lock_dir
 
 _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
 _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
@@ -32,25 +35,30 @@ class BwrapConfig:
     workers: int = max(1, os.cpu_count() or 1)
     """Concurrent sessions (slots); each has its own uid."""
     uid_base: int = 60000
-    """Slot i runs as uid/gid uid_base + i; keep the range free of real users."""
+    """Slots run as uids leased from [uid_base, uid_base + uid_span); keep the range free of real users."""
+    uid_span: int = 1000
+    """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
     tmp_mb: int = 64
     """Size of the private tmpfs /tmp of every run, in MiB."""
     work_root: str | None = None
     """Where session work dirs are created on the host (None: the system temp dir)."""
     cache_dir: str = "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox")
     """Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it."""
+    lock_dir: str | None = None
+    """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."""
 
     def __post_init__(self) -> None:
-        if self.workers < 1 or self.uid_base < 1000 or self.tmp_mb < 1:
-            raise ValueError(f"bad BwrapConfig: workers={self.workers} (>=1), uid_base={self.uid_base} (>=1000), tmp_mb={self.tmp_mb} (>=1)")
+        if self.workers < 1 or self.uid_base < 1000 or self.uid_span < self.workers or self.tmp_mb < 1:
+            raise ValueError(
+                f"bad BwrapConfig: workers={self.workers} (>=1), uid_base={self.uid_base} (>=1000), "
+                f"uid_span={self.uid_span} (>=workers), tmp_mb={self.tmp_mb} (>=1)"
+            )
 
 
 def bwrap_available() -> str | None:
     """None when bubblewrap can start a sandbox here, else the reason it cannot."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
-    if shutil.which("prlimit") is None:
-        return "prlimit is not installed (util-linux)"
     try:
         r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--", "true"], capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -62,16 +70,28 @@ class BwrapBackend(Backend):
     name = "bwrap"
 
     def __init__(self, config: BwrapConfig | None = None) -> None:
-        self.config = config or BwrapConfig()
+        self.config = cfg = config or BwrapConfig()
+        self._lease = UidLease(cfg.workers, cfg.uid_base, cfg.uid_span, cfg.lock_dir or default_lock_dir(cfg.cache_dir))
         self._slots: queue.Queue[int] = queue.Queue()
-        for i in range(self.config.workers):
-            self._slots.put(self.config.uid_base + i)
+        self._cgroups: dict[int, _MemoryCgroup] = {}
+        for uid in self._lease.uids:
+            reap(uid)  # leftovers of a dead previous holder would count against RLIMIT_NPROC
+            self._cgroups[uid] = _MemoryCgroup(uid)
+            self._slots.put(uid)
+        self._closed = False
         self._pch_lock = threading.Lock()
-        self._cgroups = {uid: _MemoryCgroup(uid) for uid in list(self._slots.queue)}
-        self.pch_dir = os.path.join(self.config.cache_dir, f"pch-{_gcc_version()}")
+        self.pch_dir = os.path.join(cfg.cache_dir, f"pch-{_gcc_version()}")
+        atexit.register(self.close)
+
+    @property
+    def uids(self) -> list[int]:
+        """The uids this backend's slots run as (leased host-wide until close)."""
+        return sorted(self._cgroups)
 
     @contextlib.contextmanager
     def session(self):
+        if self._closed:
+            raise SandboxError("this bwrap backend is closed")
         uid = self._slots.get()
         work = tempfile.mkdtemp(prefix="xrpo-sbx-", dir=self.config.work_root)
         try:
@@ -84,6 +104,22 @@ class BwrapBackend(Backend):
             finally:
                 shutil.rmtree(work, ignore_errors=True)
                 self._slots.put(uid)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Wait for running sessions (up to timeout_s), remove the slot cgroups, release the uids."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + timeout_s
+        for _ in self._cgroups:
+            with contextlib.suppress(queue.Empty):
+                self._slots.get(timeout=max(0.0, deadline - time.monotonic()))
+        for uid, cgroup in self._cgroups.items():
+            with contextlib.suppress(SandboxError):
+                reap(uid)
+            cgroup.remove()
+        self._lease.release()
+        atexit.unregister(self.close)
 
     def ensure_pch(self) -> None:
         """Build bits/stdc++.h.gch once (about 7 s); compiles use it through -I/pch."""
@@ -112,23 +148,31 @@ class _MemoryCgroup:
     def __init__(self, uid: int) -> None:
         own = _own_memory_cgroup()
         self.path = None if own is None else os.path.join(own, "xrpo-sandbox", f"slot-{uid}")
+        self._tasks_fd = -1
         if self.path is not None:
             try:
-                os.makedirs(self.path, exist_ok=True)
-                os.chown(os.path.join(self.path, "cgroup.procs"), uid, uid)  # lets the slot uid join
+                _makedirs_racing_rmdir(self.path)
+                # Opened once by root; the child writes "0" (itself) to it before exec. `tasks` moves
+                # one thread and so skips the global threadgroup lock that a cgroup.procs write
+                # takes (an RCU grace period, 10-20 ms per run here); the child has only one thread.
+                self._tasks_fd = os.open(os.path.join(self.path, "tasks"), os.O_WRONLY | os.O_CLOEXEC)
             except OSError:
                 self.path = None
 
-    def enter_argv(self) -> list[str]:
-        """Reset the peak and return an argv prefix by which the process joins the group itself,
-        before bwrap forks anything (a move from outside would race with its first clone)."""
+    def reset_peak(self) -> bool:
+        """Zero the high-water mark before a run; False when the group is unusable."""
         if self.path is None:
-            return []
+            return False
         try:
             _write_text(os.path.join(self.path, "memory.max_usage_in_bytes"), "0")
         except OSError:
-            return []
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(self.path, "cgroup.procs")]
+            return False
+        return True
+
+    def join_in_child(self) -> None:
+        """Move the calling process into the group: run in the child before bwrap forks anything
+        (a move from outside would race with its first clone). Only a syscall: it runs after fork."""
+        os.write(self._tasks_fd, b"0")
 
     def pids(self) -> list[int] | None:
         if self.path is None:
@@ -147,6 +191,36 @@ class _MemoryCgroup:
                 return int(f.read()) / 2**20
         except OSError:
             return None
+
+    def remove(self) -> None:
+        """Delete the slot's group (its processes are reaped), and the shared parent once empty."""
+        if self._tasks_fd >= 0:
+            os.close(self._tasks_fd)
+            self._tasks_fd = -1
+        if self.path is None:
+            return
+        for _ in range(100):  # a reaped process may linger in the group for a moment
+            try:
+                os.rmdir(self.path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+        with contextlib.suppress(OSError):  # other processes' slots may still live there
+            os.rmdir(os.path.dirname(self.path))
+        self.path = None
+
+
+def _makedirs_racing_rmdir(path: str) -> None:
+    """makedirs, retried when another process removes the shared parent group in between."""
+    for attempt in range(5):
+        try:
+            os.makedirs(path, exist_ok=True)
+            return
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
 
 
 def reap(uid: int, timeout_s: float = 5.0) -> None:
@@ -210,11 +284,26 @@ class BwrapSession(Session):
             "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
             "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+            # bwrap writes {"exit-code": n} here only when its setup finished and exec succeeded:
+            # without it the failure is ours (SE). The program does not inherit this fd.
+            "--json-status-fd", str(status_fd),
             "--",
-            # The marker on status_fd proves bwrap finished its setup: without it the failure is ours (SE).
-            "/bin/bash", "-c", f'printf started >&{status_fd}; exec {status_fd}>&-; exec "$@"', "bash",
         ]
-        return argv + runner.limit_prefix(spec.limits.to_dict()) + spec.argv
+        return argv + spec.argv
+
+    def _preexec(self, limits: Limits):
+        """What the child does between fork and exec of bwrap, as the slot uid: join the slot's
+        memory cgroup, then set the rlimits, which bwrap and the program inherit."""
+        join = self.cgroup.join_in_child if self.cgroup.reset_peak() else None
+        rlims = [(_RLIMIT[name], value) for name, value in runner.rlimits(limits.to_dict()).items()]
+
+        def preexec() -> None:
+            if join is not None:
+                join()
+            for res, value in rlims:
+                resource.setrlimit(res, (value, value))
+
+        return preexec
 
     def run(self, spec: RunSpec) -> RunResult:
         if f"-I{PCH_DIR}" in spec.argv:
@@ -224,8 +313,8 @@ class BwrapSession(Session):
         r_fd, w_fd = os.pipe()
         try:
             raw = runner.run_capped(
-                self.cgroup.enter_argv() + self._argv(spec, w_fd), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
-                user=self.uid, pass_fds=(w_fd,),
+                self._argv(spec, w_fd), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
+                user=self.uid, pass_fds=(w_fd,), preexec_fn=self._preexec(spec.limits),
             )
             peak = self.cgroup.peak_mb()
             if peak is not None:
@@ -234,9 +323,7 @@ class BwrapSession(Session):
                 reap(self.uid)
             os.close(w_fd)
             w_fd = -1
-            with os.fdopen(r_fd, "rb") as f:
-                status = f.read()
-            r_fd = -1
+            status = _read_available(r_fd)
         except OSError as e:
             return RunResult(RunStatus.ERROR, message=f"bwrap could not start: {e}")
         finally:
@@ -246,9 +333,33 @@ class BwrapSession(Session):
         return _result(raw, status)
 
 
+# prlimit option names (runner.rlimits) -> setrlimit resources
+_RLIMIT = {"as": resource.RLIMIT_AS, "stack": resource.RLIMIT_STACK, "cpu": resource.RLIMIT_CPU, "nproc": resource.RLIMIT_NPROC,
+           "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE}
+
+
+def _read_available(fd: int) -> bytes:
+    """What bwrap wrote to the status pipe; never blocks (a dying sandbox process may hold no end,
+    but bwrap writes before it exits, so everything is there once wait4 returned)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
 def _result(raw: dict, status: bytes) -> RunResult:
-    if status != b"started" and raw["status"] not in ("timeout", "output_limit"):
-        err = raw["stderr"].decode(errors="replace").strip()
+    started = b'"exit-code"' in status
+    err = raw["stderr"].decode(errors="replace").strip()
+    if not started and raw["status"] not in ("timeout", "output_limit"):
+        if err.startswith("bwrap: execvp"):  # the sandbox is up but the program could not start (as a shell's 127)
+            return RunResult(RunStatus.EXITED, exit_code=127, stderr=raw["stderr"], wall_s=raw["wall_s"], message=err[-300:])
         return RunResult(RunStatus.ERROR, message=f"bwrap failed before starting the program: {err[-300:]}")
     res = RunResult(RunStatus(raw["status"]), **{k: raw[k] for k in ("exit_code", "signal", "stdout", "stderr", "cpu_s", "wall_s", "memory_mb", "message")})
     # The program is pid 1 of its namespace; bwrap reports its death by signal n as exit 128+n.

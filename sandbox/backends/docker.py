@@ -5,6 +5,8 @@ Container flags (sandbox.md, section 2.1): no network, memory+swap capped, pids 
 root, an exec-able tmpfs /work, cap-drop ALL, no-new-privileges, non-root users, --init.
 The container's keep-alive runs as uid `idle_uid`; submissions run as a per-container uid, so
 they can neither kill it nor see another container's processes in the host's NPROC count.
+Docker does not remap uids, so RLIMIT_NPROC counts a uid across all containers on the host: the
+submission uids are leased host-wide (uids.py), never shared with another process's pool.
 Containers are killed through the API, remove themselves when their keep-alive exits (it exits
 when the host stops touching /job/alive), and stale ones are collected at start-up.
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from ..image import IMAGE, RUNNER_PATH, build_image
 from ..verdict import Limits, RunResult, RunStatus
 from .base import WORK, Backend, RunSpec, Session
+from .uids import UidLease, default_lock_dir
 
 LABEL = "xrpo.sandbox"
 _HOST = socket.gethostname()
@@ -45,15 +48,22 @@ class DockerConfig:
     work_mb: int = 512
     """Size of the tmpfs /work."""
     uid_base: int = 61000
-    """Container i runs submissions as uid uid_base + i."""
+    """Containers run submissions as uids leased from [uid_base, uid_base + uid_span)."""
+    uid_span: int = 1000
+    """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
+    lock_dir: str | None = None
+    """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under ~/.cache/xrpo-sandbox)."""
     idle_uid: int = 65534
     """uid of the keep-alive process (nobody)."""
     image: str = IMAGE
     """Image; built with `python -m sandbox build-image` when it is the default and missing."""
 
     def __post_init__(self) -> None:
-        if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8:
-            raise ValueError(f"bad DockerConfig: workers={self.workers} (>=1), memory_mb={self.memory_mb} (>=256), pids_limit={self.pids_limit} (>=8)")
+        if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8 or self.uid_span < self.workers:
+            raise ValueError(
+                f"bad DockerConfig: workers={self.workers} (>=1), memory_mb={self.memory_mb} (>=256), "
+                f"pids_limit={self.pids_limit} (>=8), uid_span={self.uid_span} (>=workers)"
+            )
 
 
 def docker_available() -> str | None:
@@ -87,9 +97,11 @@ class DockerBackend(Backend):
         if self.config.image == IMAGE:
             build_image(self.client)
         self._idle: queue.Queue[_Worker] = queue.Queue()
+        cfg = self.config
+        self._lease = UidLease(cfg.workers, cfg.uid_base, cfg.uid_span, cfg.lock_dir or default_lock_dir(os.path.expanduser("~/.cache/xrpo-sandbox")))
         self._free_uids = queue.Queue()
-        for i in range(self.config.workers):
-            self._free_uids.put(self.config.uid_base + i)
+        for uid in self._lease.uids:
+            self._free_uids.put(uid)
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -180,6 +192,12 @@ class DockerBackend(Backend):
         for w in workers:
             self._discard(w)
         shutil.rmtree(self._root, ignore_errors=True)
+        self._lease.release()
+
+    @property
+    def uids(self) -> list[int]:
+        """The submission uids of this pool (leased host-wide until close)."""
+        return self._lease.uids
 
 
 class DockerSession(Session):
@@ -269,8 +287,9 @@ class DockerSession(Session):
 def collect_stale(client) -> int:
     """Remove this host's sandbox containers whose owning process is gone; returns how many."""
     n = 0
-    for c in client.containers.list(all=True, filters={"label": [LABEL, f"{LABEL}.host={_HOST}"]}):
-        pid = int(c.labels.get(f"{LABEL}.pid", "0"))
+    # sparse: no per-container inspect, which fails with NotFound when a container removes itself meanwhile
+    for c in client.containers.list(all=True, sparse=True, filters={"label": [LABEL, f"{LABEL}.host={_HOST}"]}):
+        pid = int((c.attrs.get("Labels") or {}).get(f"{LABEL}.pid", "0"))
         if pid != os.getpid() and not _alive(pid):
             with contextlib.suppress(Exception):
                 c.remove(force=True)

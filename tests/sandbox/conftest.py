@@ -16,7 +16,9 @@ def bwrap_backend():
     reason = bwrap_available()
     if reason:
         pytest.skip(f"bubblewrap backend unavailable: {reason}")
-    return BwrapBackend(BwrapConfig(workers=4))
+    be = BwrapBackend(BwrapConfig(workers=4))
+    yield be
+    be.close()
 
 
 @pytest.fixture(scope="session")

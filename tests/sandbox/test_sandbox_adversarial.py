@@ -14,10 +14,10 @@ from sandbox.backends.docker import LABEL, DockerBackend, DockerConfig
 
 ECHO = {"id": "echo", "judge": "livecodebench", "kind": "stdio", "time_limit_s": 1, "memory_mb": 256,
         "tests": [{"input": "", "output": "ok"}]}
-SANDBOX_UIDS = range(60000, 62000)  # bwrap slots start at 60000, docker submission uids at 61000
 
 
-def _sandbox_processes() -> list[int]:
+def _sandbox_processes(uids) -> list[int]:
+    """Processes running as the backend's uids (leased host-wide, so no other process's runs)."""
     pids = []
     for d in glob.glob("/proc/[0-9]*"):
         try:
@@ -25,15 +25,15 @@ def _sandbox_processes() -> list[int]:
                 uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if uid in SANDBOX_UIDS:
+        if uid in uids:
             pids.append(int(d[6:]))
     return pids
 
 
-def _no_sandbox_processes(grace_s: float = 3.0) -> bool:
+def _no_sandbox_processes(backend, grace_s: float = 3.0) -> bool:
     """Killed processes exit asynchronously (namespace teardown, docker exec cleanup)."""
     deadline = time.monotonic() + grace_s
-    while _sandbox_processes():
+    while _sandbox_processes(backend.uids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -42,7 +42,8 @@ def _no_sandbox_processes(grace_s: float = 3.0) -> bool:
 
 def _judge(backend, code, language="python", problem=ECHO, **kw):
     r = judge(problem, code, language, backend=backend, **kw)
-    assert _no_sandbox_processes(), f"sandboxed processes outlived their run: {_sandbox_processes()}"
+    assert backend.uids, "the backend leases its sandbox uids"
+    assert _no_sandbox_processes(backend), f"sandboxed processes outlived their run: {_sandbox_processes(backend.uids)}"
     return r
 
 
@@ -150,7 +151,7 @@ def test_concurrent_judging_from_many_threads(backend):
     for t in threads:
         t.join()
     assert [r.verdict for r in results] == [Verdict.AC] * 8, [r.to_dict() for r in results]
-    assert _no_sandbox_processes()
+    assert _no_sandbox_processes(backend)
 
 
 def test_bwrap_leaves_no_work_dirs(bwrap_backend):
@@ -171,7 +172,7 @@ def test_docker_leaves_no_container_even_when_interrupted(docker_backend):
     kept = {w.container.id for w in docker_backend._all}
     deadline = time.monotonic() + 10  # removal is asynchronous in the daemon
     while True:
-        mine = {c.id for c in be.client.containers.list(all=True, filters={"label": f"{LABEL}.pid={os.getpid()}"})}
+        mine = {c.id for c in be.client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}.pid={os.getpid()}"})}
         if mine <= kept or time.monotonic() > deadline:
             break
         time.sleep(0.2)
