@@ -9,6 +9,7 @@ import base64
 import json
 import math
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -27,7 +28,9 @@ def rlimits(limits: dict) -> dict[str, int]:
     """
     return {
         "as": int(limits["memory_mb"]) << 20,
-        "stack": int(limits["memory_mb"]) << 20,  # deep recursion is legal, as on Codeforces
+        # Unlimited: deep recursion is legal (as on Codeforces) and still capped by RLIMIT_AS. A finite
+        # cap would also become every new thread's stack size (glibc), so threads would fail under AS.
+        "stack": resource.RLIM_INFINITY,
         "cpu": max(1, math.ceil(limits["cpu_s"])),
         "nproc": int(limits["max_processes"]),
         "fsize": int(limits["max_file_mb"]) << 20,
@@ -38,7 +41,8 @@ def rlimits(limits: dict) -> dict[str, int]:
 
 def limit_prefix(limits: dict) -> list[str]:
     """`prlimit` argv applying `rlimits(limits)` to the command after it."""
-    return ["prlimit", *(f"--{name}={value}" for name, value in rlimits(limits).items()), "--"]
+    values = {k: "unlimited" if v == resource.RLIM_INFINITY else v for k, v in rlimits(limits).items()}
+    return ["prlimit", *(f"--{name}={value}" for name, value in values.items()), "--"]
 
 
 def _kill_group(pid: int) -> None:

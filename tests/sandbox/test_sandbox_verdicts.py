@@ -51,6 +51,27 @@ def test_run_all_tests_when_asked(backend):
     assert (r.verdict, r.passed, [t.verdict for t in r.tests]) == (Verdict.WA, 1, [Verdict.AC, Verdict.WA, Verdict.WA])
 
 
+THREADED = {
+    "python": "import threading\nout = []\nts = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
+              "[t.start() for t in ts]; [t.join() for t in ts]\na, b = map(int, input().split())\nprint(a + b)",
+    "cpp": "#include <bits/stdc++.h>\nint main(){long a,b;std::cin>>a>>b;long s=0;std::thread t([&]{s=a+b;});t.join();std::cout<<s<<'\\n';}",
+}
+
+
+@pytest.mark.parametrize("language", ["python", "cpp"])
+def test_correct_solution_that_starts_threads_is_accepted(backend, language):
+    """Thread stacks come from RLIMIT_STACK; a stack cap equal to the memory cap made them fail (RE)."""
+    r = judge(AB, THREADED[language], language, backend=backend)
+    assert r.verdict is Verdict.AC, r.to_dict()
+
+
+def test_deep_recursion_within_the_memory_cap_is_legal(backend):
+    code = "import sys\nsys.setrecursionlimit(10**6)\ndef f(n): return 0 if n == 0 else 1 + f(n - 1)\n" \
+           "a, b = map(int, input().split())\nprint(a + b + f(100000) - 100000)"
+    r = judge(AB, code, "python", backend=backend)
+    assert r.verdict is Verdict.AC, r.to_dict()
+
+
 FUNCTIONAL = {
     "id": "two-sum", "judge": "livecodebench", "kind": "functional", "fn_name": "twoSum", "time_limit_s": 2,
     "tests": [{"input": "[2, 7, 11, 15]\n9", "output": "[0, 1]"}, {"input": "[3, 3]\n6", "output": "[0, 1]"}],
