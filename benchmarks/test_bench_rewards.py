@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from sandbox.backends.bwrap import bwrap_available
 from xrpo_verl.rewards.math import MathRewardConfig
 from xrpo_verl.rewards.math import compute_score as math_score
 
@@ -93,15 +94,8 @@ def test_bench_math_scorer_threaded(benchmark, math_items):
 # --- code ------------------------------------------------------------------------------------------
 
 
-def _bwrap_reason():
-    try:
-        from sandbox.backends.bwrap import bwrap_available
-    except ImportError as exc:
-        return f"sandbox package not importable: {exc}"
-    return bwrap_available()
-
-
-needs_bwrap = pytest.mark.skipif(_bwrap_reason() is not None, reason=f"no sandbox backend: {_bwrap_reason()}")
+_NO_BWRAP = bwrap_available()  # None, or why bubblewrap cannot run here
+needs_bwrap = pytest.mark.skipif(_NO_BWRAP is not None, reason=f"no sandbox backend: {_NO_BWRAP}")
 PROBLEM = {
     "id": "sum", "judge": "livecodebench", "kind": "stdio", "fn_name": None,
     "tests": [{"input": f"{i} {i * 3}\n", "output": f"{i * 4}\n"} for i in range(4)],

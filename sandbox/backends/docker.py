@@ -21,11 +21,10 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 
 from ..image import IMAGE, RUNNER_PATH, build_image
-from ..verdict import Limits, RunResult, RunStatus
+from ..verdict import RunResult, RunStatus
 from .base import WORK, Backend, RunSpec, Session
 from .uids import UidLease, default_lock_dir
 

@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from xrpo_verl.rewards.code import CodeRewardConfig, SandboxFailure, compute_score, resolve_problem
+from sandbox.backends.bwrap import bwrap_available
+from xrpo_verl.rewards.code import (
+    CodeRewardConfig,
+    SandboxFailure,
+    compute_score,
+    resolve_problem,
+)
 
 ADD = {
     "id": "add", "judge": "livecodebench", "kind": "stdio", "fn_name": None,
@@ -18,15 +24,8 @@ GOOD = "Here you go:\n```python\na, b = map(int, input().split())\nprint(a + b)\
 HALF = "```python\nprint(3 if input() == '1 2' else 12)\n```"  # passes tests 1 and 2 only
 
 
-def _bwrap_reason():
-    try:
-        from sandbox.backends.bwrap import bwrap_available
-    except ImportError as exc:
-        return f"sandbox package not importable: {exc}"
-    return bwrap_available()
-
-
-needs_bwrap = pytest.mark.skipif(_bwrap_reason() is not None, reason=f"no sandbox backend: {_bwrap_reason()}")
+_NO_BWRAP = bwrap_available()  # None, or why bubblewrap cannot run here
+needs_bwrap = pytest.mark.skipif(_NO_BWRAP is not None, reason=f"no sandbox backend: {_NO_BWRAP}")
 BWRAP = CodeRewardConfig(backend="bwrap")
 
 

@@ -4,23 +4,15 @@ import json
 
 import pytest
 
+from sandbox.backends.bwrap import bwrap_available
 from xrpo_verl.data import fixtures
 from xrpo_verl.data.code_sets import convert_cf_records
 from xrpo_verl.rewards.code import CodeRewardConfig
 from xrpo_verl.rewards.code import compute_score as code_score
-from xrpo_verl.rewards.math import MathRewardConfig
 from xrpo_verl.rewards.routing import compute_score as routed_score
 
-
-def _bwrap_reason():
-    try:
-        from sandbox.backends.bwrap import bwrap_available
-    except ImportError as exc:
-        return f"sandbox package not importable: {exc}"
-    return bwrap_available()
-
-
-needs_bwrap = pytest.mark.skipif(_bwrap_reason() is not None, reason=f"no sandbox backend: {_bwrap_reason()}")
+_NO_BWRAP = bwrap_available()  # None, or why bubblewrap cannot run here
+needs_bwrap = pytest.mark.skipif(_NO_BWRAP is not None, reason=f"no sandbox backend: {_NO_BWRAP}")
 BWRAP = CodeRewardConfig(backend="bwrap")
 
 

@@ -164,7 +164,7 @@ def test_docker_leaves_no_container_even_when_interrupted(docker_backend):
     be = DockerBackend(DockerConfig(workers=1))
     try:
         with pytest.raises(KeyboardInterrupt):
-            with be.session() as s:
+            with be.session():
                 raise KeyboardInterrupt  # the caller is interrupted mid-session
         assert judge(ECHO, "print('ok')", "python", backend=be).verdict is Verdict.AC
     finally:

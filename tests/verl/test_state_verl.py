@@ -9,7 +9,6 @@ import pickle
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from xrpo_verl.config import ExTraConfig, XRPOConfig
 from xrpo_verl.prefix import GuidedPrompt
