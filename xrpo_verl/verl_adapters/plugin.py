@@ -10,9 +10,9 @@ import importlib
 
 # Each module registers its names at import time.
 REGISTRATION_MODULES = (
+    "xrpo_verl.local.register",  # first: CPU platform + `hf` rollout (inert unless XRPO_VERL_CPU=1)
     "xrpo_verl.verl_adapters.estimators",  # adv estimators: xrpo, extra, xrpo_extra
     "xrpo_verl.rewards.manager",  # reward-loop manager: xrpo
-    "xrpo_verl.local.register",  # CPU platform + `hf` rollout (inert unless enabled)
     "xrpo_verl.verl_adapters.agent_loops",  # agent loops: xrpo_icl, extra_prefix
     "xrpo_verl.verl_adapters.trainer",  # trainer mode: xrpo
 )

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Hardware: a laptop CPU (2 cores are enough); no GPU, no model download.
+# Train one CPU recipe through verl's real trainer (python -m verl.trainer.main_ppo) with the
+# `hf` rollout backend on the tiny model (built and cached on first use):
+#   recipes/cpu/run.sh grpo|xrpo|extra|xrpo_extra [--steps N] [--out DIR] [hydra.overrides ...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+recipe="${1:?usage: recipes/cpu/run.sh grpo|xrpo|extra|xrpo_extra [--steps N] [--out DIR] [overrides...]}"
+shift
+PY="${PYTHON:-.venv/bin/python}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+exec "$PY" -m xrpo_verl.local.launch --recipe "$recipe" --out "outputs/cpu_$recipe" "$@"

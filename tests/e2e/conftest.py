@@ -1,0 +1,30 @@
+"""Fixtures for the CPU end-to-end tests: the tiny model and generated arithmetic parquet."""
+
+from pathlib import Path
+
+import pytest
+
+from xrpo_verl.local import arith, tiny_model
+
+# A random-init model with the real tokenizer and architecture but smaller: enough for unit
+# tests of the rollout server; no warm-up, so building it takes seconds.
+MICRO = tiny_model.TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, sft_steps=0)
+
+
+@pytest.fixture(scope="session")
+def micro_model_dir(tmp_path_factory) -> Path:
+    return tiny_model.build(MICRO, root=tmp_path_factory.mktemp("micro"), verbose=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """The default warmed-up tiny model, from the shared cache (built once, ~2 min)."""
+    return tiny_model.build()
+
+
+@pytest.fixture(scope="session")
+def arith_data(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("arith")
+    train = arith.write_parquet(root / "train.parquet", 64, seed=11, split="train")
+    val = arith.write_parquet(root / "val.parquet", 16, seed=12, split="test")
+    return train, val

@@ -1,0 +1,111 @@
+"""Generated arithmetic with `\\boxed{}` answers: SFT text for the tiny model and verl parquet data.
+
+Problems are `a + b` and `a - b` with operands in [0, max_operand]; the answer is an integer.
+Rows follow verl's RL schema (`data_source`, `prompt` as chat messages, `ability`,
+`reward_model.ground_truth`, `extra_info`), as read by `verl.utils.dataset.RLHFDataset`.
+"""
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_SOURCE = "xrpo_arith"
+OPS = ("+", "-")
+
+
+@dataclass(frozen=True)
+class ArithConfig:
+    """Difficulty of the generated problems."""
+
+    max_operand: int = 12
+    """largest operand (inclusive); operands are drawn uniformly from [0, max_operand] (our choice: after warm-up the tiny model gets ~36% right greedily, so GRPO groups have reward variance)"""
+    ops: tuple[str, ...] = OPS
+    """operators to draw from; allowed: '+', '-'"""
+
+    def __post_init__(self):
+        if self.max_operand < 1:
+            raise ValueError(f"max_operand must be >= 1, got {self.max_operand}")
+        bad = [op for op in self.ops if op not in OPS]
+        if not self.ops or bad:
+            raise ValueError(f"ops {list(self.ops)} invalid: choose a non-empty subset of {list(OPS)}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    op: str
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return self.a + self.b if self.op == "+" else self.a - self.b
+
+    @property
+    def question(self) -> str:
+        return f"{self.a}{self.op}{self.b}=?"
+
+
+# Bump when solution_text changes: the tiny model's cache key includes it.
+SOLUTION_FORMAT = 3
+
+
+def solution_text(problem: Problem) -> str:
+    """Target response of the warm-up: three lines, e.g. `3+4\n=7\n\\boxed{7}`. The newlines are
+    ExTra's step boundaries; it never splits at the last one, so a prefix needs two."""
+    return f"{problem.a}{problem.op}{problem.b}\n={problem.answer}\n\\boxed{{{problem.answer}}}"
+
+
+def sample_problems(n: int, seed: int, config: ArithConfig = ArithConfig()) -> list[Problem]:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    hi = config.max_operand
+    return [Problem(rng.randint(0, hi), rng.choice(config.ops), rng.randint(0, hi)) for _ in range(n)]
+
+
+def verl_rows(problems: list[Problem], split: str) -> list[dict]:
+    """Rows in verl's RL parquet schema."""
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": p.question}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
+            "extra_info": {"split": split, "index": i, "question": p.question},
+        }
+        for i, p in enumerate(problems)
+    ]
+
+
+def write_parquet(path: str | Path, n: int, seed: int, split: str, config: ArithConfig = ArithConfig()) -> Path:
+    """Write `n` problems to a verl parquet file; returns the path."""
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(verl_rows(sample_problems(n, seed, config), split)).to_parquet(path)
+    return path
+
+
+def boxed_answer(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` (no nested braces: answers here are integers), else None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    end = text.find("}", start)
+    return None if end < 0 else text[start + len("\\boxed{") : end].strip()
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> dict:
+    """Exact integer match of the last boxed answer (verl custom-reward signature).
+
+    A stand-in for `xrpo_verl.rewards.math` that needs no verifier processes; for these
+    integer answers exact match and math-verify agree.
+    """
+    answer = boxed_answer(solution_str)
+    try:
+        expected = int(str(ground_truth).strip())
+    except ValueError:
+        raise ValueError(f"arithmetic ground truth must be an integer, got {ground_truth!r}") from None
+    correct = answer is not None and answer.lstrip("-").isdigit() and int(answer) == expected
+    return {"score": float(correct), "acc": float(correct), "formatted": float(answer is not None)}

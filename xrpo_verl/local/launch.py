@@ -1,0 +1,256 @@
+"""Launch verl's real trainer (`python -m verl.trainer.main_ppo`) on CPU with the `hf` rollout.
+
+`cpu_env()` turns the CPU switch on for the launched process and every Ray worker it starts;
+`cpu_overrides()` holds the Hydra overrides a CPU run needs (each with the reason); the recipe
+files in `recipes/cpu/<name>.yaml` add the algorithm. Used by the tests, the demo and
+`recipes/cpu/run.sh`:
+
+    python -m xrpo_verl.local.launch --recipe grpo --steps 2 --out outputs/cpu_grpo
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from xrpo_verl.local.register import CPU_SWITCH
+
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes" / "cpu"
+
+
+@dataclass(frozen=True)
+class CpuRun:
+    """Size of one CPU training run."""
+
+    model_path: str
+    """HF model directory (the tiny model from `xrpo_verl.local.tiny_model`)"""
+    train_file: str
+    """verl RL parquet for training"""
+    val_file: str
+    """verl RL parquet for validation"""
+    out_dir: str
+    """run directory: checkpoints, metrics.jsonl, trainer.log"""
+    steps: int = 2
+    """trainer.total_training_steps"""
+    prompts_per_step: int = 4
+    """data.train_batch_size (prompts per step)"""
+    n: int = 4
+    """actor_rollout_ref.rollout.n, responses per prompt (the planner's average n for XRPO)"""
+    max_prompt_length: int = 64
+    """data.max_prompt_length, tokens"""
+    max_response_length: int = 24
+    """data.max_response_length, tokens (responses here are 12-17 tokens)"""
+    lr: float = 1e-4
+    """actor learning rate (our choice for the ~5M tiny model)"""
+    save_freq: int = -1
+    """trainer.save_freq (-1: never)"""
+
+    def __post_init__(self):
+        if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
+            raise ValueError(f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}")
+
+    @property
+    def metrics_path(self) -> Path:
+        return Path(self.out_dir) / "metrics.jsonl"
+
+    @property
+    def ckpt_dir(self) -> Path:
+        return Path(self.out_dir) / "ckpt"
+
+
+def cpu_env(base: dict | None = None) -> dict:
+    """Environment for a CPU run; Ray workers inherit it from the launched driver."""
+    env = dict(os.environ if base is None else base)
+    env.update(
+        {
+            CPU_SWITCH: "1",
+            # Imported at `import verl` before entry points, so the CPU platform registers even if
+            # another plugin module fails to import (verl logs plugin errors at DEBUG only).
+            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register",
+            "RAY_AUTH_MODE": "disabled",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_DEDUP_LOGS": "0",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    return env
+
+
+def cpu_overrides(run: CpuRun) -> list[str]:
+    """Hydra overrides for verl on CPU (verl.md section 5, verl_cpu.md section 5)."""
+    mini = run.prompts_per_step
+    return [
+        f"data.train_files={run.train_file}",
+        f"data.val_files={run.val_file}",
+        f"data.train_batch_size={run.prompts_per_step}",
+        f"data.max_prompt_length={run.max_prompt_length}",
+        f"data.max_response_length={run.max_response_length}",
+        "data.dataloader_num_workers=0",  # 8 loader processes would swamp 2 cores
+        f"actor_rollout_ref.model.path={run.model_path}",
+        "actor_rollout_ref.model.use_remove_padding=False",  # True works but compiles for ~20 s
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # default flash_attention_2
+        "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 wants an accelerator
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+        "actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
+        # FSDP computes in bf16 unless told (transformer_impl.py:391-398): slow on CPU, and the
+        # actor's log-probs would drift ~1e-2 from the fp32 rollout's.
+        "++actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "++actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        f"actor_rollout_ref.actor.optim.lr={run.lr}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini * run.n}",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={mini * run.n}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={mini * run.n}",
+        "actor_rollout_ref.rollout.name=hf",
+        f"actor_rollout_ref.rollout.n={run.n}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "reward.custom_reward_function.path=pkg://xrpo_verl.local.arith",
+        "reward.custom_reward_function.name=compute_score",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        f"trainer.save_freq={run.save_freq}",
+        f"trainer.total_training_steps={run.steps}",
+        "trainer.logger=[console,file]",
+        "trainer.project_name=xrpo_cpu",
+        "trainer.experiment_name=run",
+        f"trainer.default_local_dir={run.ckpt_dir}",
+        # TaskRunner, TQ controller, storage units, agent-loop and reward workers each reserve a
+        # logical CPU: 2 real ones would hang the scheduler. The fake GPU is the FSDP rank's bundle.
+        "ray_kwargs.ray_init.num_cpus=16",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    ]
+
+
+RECIPE_KEYS = ("description", "config_name", "extends", "overrides")
+
+
+def load_recipe(name: str) -> dict:
+    """`recipes/cpu/<name>.yaml` merged with the files it `extends` (their overrides first)."""
+    import yaml
+
+    path = RECIPE_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in RECIPE_DIR.glob("[!_]*.yaml"))
+        raise ValueError(f"unknown CPU recipe {name!r}; available in {RECIPE_DIR}: {known}")
+    recipe = yaml.safe_load(path.read_text()) or {}
+    unknown = set(recipe) - set(RECIPE_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {list(RECIPE_KEYS)}")
+    merged = {"config_name": None, "overrides": []}
+    for parent in recipe.get("extends", []):
+        base = load_recipe(parent)
+        merged["config_name"] = base["config_name"] or merged["config_name"]
+        merged["overrides"] += base["overrides"]
+    merged["config_name"] = recipe.get("config_name") or merged["config_name"]
+    merged["overrides"] += list(recipe.get("overrides", []))
+    return merged
+
+
+def xrpo_sizes(run: CpuRun) -> list[str]:
+    """Planner and prefix sizes tied to rollout.n, so XRPO/ExTra stay compute-matched to GRPO."""
+    return [
+        f"algorithm.xrpo.planner.n_avg={run.n}",
+        f"algorithm.xrpo.planner.n_base={max(2, run.n // 2)}",
+        f"algorithm.xrpo.planner.n_max={2 * run.n}",
+        f"algorithm.extra.prefix.n_suffix={run.n}",
+    ]
+
+
+def trainer_command(run: CpuRun, recipe: dict, extra: list[str] = ()) -> list[str]:
+    cmd = [sys.executable, "-m", "verl.trainer.main_ppo"]
+    overrides = cpu_overrides(run)
+    if recipe.get("config_name"):
+        from xrpo_verl.verl_adapters.config import CONFIG_DIR
+
+        cmd += ["--config-path", str(CONFIG_DIR), "--config-name", recipe["config_name"]]
+        overrides += xrpo_sizes(run)
+    # Later overrides of the same key win in Hydra, so the recipe and the caller come last.
+    return cmd + overrides + list(recipe.get("overrides", [])) + list(extra)
+
+
+def launch(
+    run: CpuRun,
+    recipe_name: str,
+    extra: list[str] = (),
+    timeout_s: float = 900,
+    echo: bool = False,
+    env_updates: dict | None = None,
+) -> subprocess.CompletedProcess:
+    """Run the trainer to completion (killed after `timeout_s`). Its output is appended to
+    `<out_dir>/trainer.log` and returned as `stdout`; its metrics are appended to `metrics.jsonl`."""
+    out = Path(run.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    env = cpu_env()
+    env.update(env_updates or {})
+    # verl's FileLogger truncates its file (utils/tracking.py:541); log each launch to its own
+    # file and append it to metrics.jsonl, so a resumed run keeps the earlier steps.
+    part = out / "metrics.part.jsonl"
+    part.unlink(missing_ok=True)
+    env["VERL_FILE_LOGGER_PATH"] = str(part)
+    cmd = trainer_command(run, load_recipe(recipe_name), extra)
+    (out / "command.txt").write_text(" \\\n  ".join(cmd) + "\n")
+    start = time.time()
+    lines: list[str] = []
+    with open(out / "trainer.log", "a") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        watchdog = threading.Timer(timeout_s, proc.kill)  # a hung trainer still ends the call
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                lines.append(line)
+                if echo and ("step:" in line or "Error" in line or "Traceback" in line):
+                    print(f"  [{time.time() - start:5.0f}s] {line.rstrip()[:200]}", flush=True)
+            proc.wait()
+        finally:
+            watchdog.cancel()
+    if time.time() - start >= timeout_s:
+        lines.append(f"\n[xrpo_verl.local.launch] killed after the {timeout_s:.0f}s timeout\n")
+    if part.exists():
+        with open(run.metrics_path, "a") as merged:
+            merged.write(part.read_text())
+        part.unlink()
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout="".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo.")
+    parser.add_argument("--recipe", default="grpo", help="recipes/cpu/<recipe>.yaml")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--out", default="outputs/cpu_run")
+    parser.add_argument("--prompts-per-step", type=int, default=4)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, applied last")
+    args = parser.parse_args(argv)
+    from xrpo_verl.local import arith, tiny_model
+
+    model = tiny_model.build()
+    data = Path(args.out) / "data"
+    train = arith.write_parquet(data / "train.parquet", 512, seed=11, split="train")
+    val = arith.write_parquet(data / "val.parquet", 64, seed=12, split="test")
+    run = CpuRun(str(model), str(train), str(val), args.out, steps=args.steps, prompts_per_step=args.prompts_per_step, n=args.n)
+    result = launch(run, args.recipe, args.overrides, echo=True)
+    print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
+    return result.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""CPU switch, imported by our `verl.plugins` entry point in every process that imports verl.
+
+Inert unless `XRPO_VERL_CPU=1`: then it installs the CPU shims (`shims.py`) and registers the
+`hf` rollout backend (`actor_rollout_ref.rollout.name=hf`). Set the switch before `ray.init`
+(i.e. in the launching shell) so every Ray worker inherits it. Importing this module with the
+switch off costs one environment lookup.
+"""
+
+import os
+
+CPU_SWITCH = "XRPO_VERL_CPU"
+
+
+def cpu_enabled() -> bool:
+    value = os.environ.get(CPU_SWITCH, "0").strip()
+    if value not in ("0", "1", ""):
+        raise ValueError(f"{CPU_SWITCH}={value!r}: expected '1' (CPU mode on) or '0'/unset (off)")
+    return value == "1"
+
+
+def enable() -> None:
+    """Install the CPU shims and the `hf` rollout in this process (idempotent)."""
+    os.environ[CPU_SWITCH] = "1"
+    from xrpo_verl.local import shims
+
+    shims.apply()
+    register_hf_rollout()
+
+
+def _load_hf_replica():
+    from xrpo_verl.local.hf_rollout import HFReplica
+
+    return HFReplica
+
+
+def register_hf_rollout() -> None:
+    """`rollout.name=hf` in both registries verl consults; hf_rollout.py loads only when used."""
+    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register("hf", _load_hf_replica)  # workers/rollout/replica.py:388
+    _ROLLOUT_REGISTRY[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"  # base.py:89
+
+
+if cpu_enabled():
+    enable()

@@ -1,0 +1,263 @@
+"""Tiny Qwen2 model (~5M parameters) for CPU runs: `python -m xrpo_verl.local.tiny_model`.
+
+Builds, from nothing but a seed: a byte-level BPE tokenizer trained on generated arithmetic
+(digits split one per token) with a ChatML chat template, a random-init Qwen2 causal LM, and a
+short supervised warm-up on `a+b=?` -> `\\boxed{answer}` so that sampled answers are right often
+enough for RL to have signal. The result is cached under `cache_root()/<key>` where the key
+hashes the whole `TinyModelConfig`; the same config gives the same files.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from xrpo_verl.local.arith import (
+    DATA_SOURCE,
+    SOLUTION_FORMAT,
+    ArithConfig,
+    compute_score,
+    sample_problems,
+    solution_text,
+)
+
+PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+# ChatML, the template family of Qwen2: verl applies it with add_generation_prompt=True.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+DONE_MARKER = "xrpo_tiny_model.json"
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Everything that determines the built model; its hash names the cache directory."""
+
+    seed: int = 0
+    """seed of the corpus, the weight init and the warm-up batches"""
+    vocab_size: int = 384
+    """BPE vocabulary size including special tokens (our choice: arithmetic text needs few merges)"""
+    hidden_size: int = 320
+    """Qwen2 hidden size d (320 with 4 layers gives ~5M parameters)"""
+    num_layers: int = 4
+    """number of transformer blocks"""
+    num_heads: int = 4
+    """attention heads (head dim = hidden_size / num_heads)"""
+    num_kv_heads: int = 2
+    """key/value heads (grouped-query attention, as in Qwen2)"""
+    intermediate_size: int = 960
+    """MLP width (3 x hidden_size)"""
+    max_positions: int = 256
+    """max_position_embeddings; CPU recipes use prompts <= 64 and responses <= 32 tokens"""
+    sft_steps: int = 250
+    """warm-up optimizer steps (our choice: ~2 min on one CPU thread, ~36% greedy accuracy)"""
+    sft_batch_size: int = 32
+    """warm-up sequences per step"""
+    sft_lr: float = 1e-3
+    """peak AdamW learning rate of the warm-up (linear warm-up 5%, cosine decay)"""
+    arith: ArithConfig = field(default_factory=ArithConfig)
+    """problem distribution for the corpus and the warm-up"""
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} must divide by num_heads={self.num_heads}, "
+                f"which must divide by num_kv_heads={self.num_kv_heads}"
+            )
+        if self.sft_steps < 0 or self.sft_batch_size < 1 or self.sft_lr <= 0:
+            raise ValueError(
+                f"need sft_steps >= 0, sft_batch_size >= 1, sft_lr > 0; got {self.sft_steps}, "
+                f"{self.sft_batch_size}, {self.sft_lr}"
+            )
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps({**asdict(self), "solution_format": SOLUTION_FORMAT}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("XRPO_VERL_CACHE", Path.home() / ".cache" / "xrpo_verl")) / "tiny_model"
+
+
+def chat_prompt(question: str) -> str:
+    return f"{BOS}user\n{question}{EOS}\n{BOS}assistant\n"
+
+
+def build_tokenizer(config: TinyModelConfig):
+    """Byte-level BPE trained on generated problems and solutions; digits are single tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    problems = sample_problems(4000, config.seed + 1, config.arith)
+    corpus = [chat_prompt(p.question) + solution_text(p) + EOS for p in problems]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, eos_token=EOS, bos_token=None, unk_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "left"
+    return fast
+
+
+def build_model(config: TinyModelConfig, tokenizer):
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(config.seed)
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=config.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.convert_tokens_to_ids(BOS),
+    )
+    model = Qwen2ForCausalLM(model_config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
+    )
+    return model
+
+
+def sft_batch(tokenizer, problems) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, labels), labels -100 except on the response + EOS."""
+    rows = []
+    for p in problems:
+        prompt = tokenizer(chat_prompt(p.question), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(solution_text(p) + EOS, add_special_tokens=False)["input_ids"]
+        rows.append((prompt, answer))
+    width = max(len(a) + len(b) for a, b in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, (prompt, answer) in enumerate(rows):
+        seq = prompt + answer
+        ids[i, : len(seq)] = torch.tensor(seq)
+        mask[i, : len(seq)] = 1
+        labels[i, len(prompt) : len(seq)] = torch.tensor(answer)
+    return ids, mask, labels
+
+
+def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> list[float]:
+    """Supervised warm-up; returns the loss per step."""
+    rng = random.Random(config.seed + 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.0)
+    warm = max(1, config.sft_steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, config.sft_steps - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    losses = []
+    start = time.time()
+    for step in range(config.sft_steps):
+        problems = sample_problems(config.sft_batch_size, rng.randrange(2**31), config.arith)
+        ids, mask, labels = sft_batch(tokenizer, problems)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if log_every and (step + 1) % log_every == 0:
+            print(f"  warm-up step {step + 1}/{config.sft_steps} loss {loss.item():.3f} ({time.time() - start:.0f}s)", flush=True)
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def greedy_accuracy(model, tokenizer, problems) -> float:
+    """Fraction of problems whose greedy response contains the right `\\boxed{}` answer."""
+    from transformers import GenerationConfig
+
+    prompts = [chat_prompt(p.question) for p in problems]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(
+        **enc,
+        generation_config=GenerationConfig(
+            max_new_tokens=24, do_sample=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        ),
+    )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    scores = [compute_score(DATA_SOURCE, t, str(p.answer))["score"] for p, t in zip(problems, texts, strict=True)]
+    return sum(scores) / max(1, len(scores))
+
+
+def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None, verbose: bool = True) -> Path:
+    """Return the cached model directory for `config`, building it first if absent."""
+    out = (root or cache_root()) / config.key
+    if (out / DONE_MARKER).exists():
+        return out
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if verbose:
+        print(f"building tiny model {config.key} (seed {config.seed}) in {out}", flush=True)
+    start = time.time()
+    tokenizer = build_tokenizer(config)
+    model = build_model(config, tokenizer)
+    losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0)
+    accuracy = greedy_accuracy(model, tokenizer, sample_problems(200, config.seed + 3, config.arith))
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    meta = {
+        "config": asdict(config),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "final_sft_loss": losses[-1] if losses else None,
+        "greedy_accuracy": accuracy,
+        "build_seconds": round(time.time() - start, 1),
+    }
+    (tmp / DONE_MARKER).write_text(json.dumps(meta, indent=1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(out)  # atomic: concurrent builders never see a half-written directory
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    if verbose:
+        print(f"tiny model: {meta['num_parameters'] / 1e6:.2f}M params, greedy accuracy {accuracy:.2f}, "
+              f"{meta['build_seconds']}s", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of corpus, init and warm-up")
+    parser.add_argument("--sft-steps", type=int, default=TinyModelConfig.sft_steps, help="warm-up steps")
+    parser.add_argument("--root", type=Path, default=None, help="cache root (default: $XRPO_VERL_CACHE or ~/.cache/xrpo_verl)")
+    args = parser.parse_args(argv)
+    print(build(TinyModelConfig(seed=args.seed, sft_steps=args.sft_steps), root=args.root))
+
+
+if __name__ == "__main__":
+    main()
