@@ -184,6 +184,20 @@ def test_arith_rows_and_score():
         arith.ArithConfig(ops=("*",))
 
 
+def test_mixed_problems_put_a_hard_one_at_every_kth_row(tmp_path):
+    mixed = arith.mixed_problems(40, seed=5, hard_every=2)
+    assert mixed == arith.mixed_problems(40, seed=5, hard_every=2)
+    easy, hard = mixed[0::2], mixed[1::2]
+    assert all(max(p.a, p.b) <= 12 for p in easy)
+    assert all(max(p.a, p.b) <= 99 for p in hard) and max(max(p.a, p.b) for p in hard) > 12
+    import pandas as pd
+
+    rows = pd.read_parquet(arith.write_parquet(tmp_path / "m.parquet", 40, seed=5, split="train", hard_every=2))
+    assert [r[0]["content"] for r in rows["prompt"]] == [p.question for p in mixed]
+    with pytest.raises(ValueError, match="hard_every"):
+        arith.mixed_problems(4, seed=5, hard_every=0)
+
+
 def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
     config = tiny_model.TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=3, sft_batch_size=4)
     dirs = [tiny_model.build(config, root=tmp_path / name, verbose=False) for name in ("a", "b")]

@@ -77,13 +77,28 @@ def verl_rows(problems: list[Problem], split: str) -> list[dict]:
     ]
 
 
-def write_parquet(path: str | Path, n: int, seed: int, split: str, config: ArithConfig = ArithConfig()) -> Path:
-    """Write `n` problems to a verl parquet file; returns the path."""
+# Operands far beyond the warm-up range: the tiny model fails these, so their groups are all-fail
+# (what XRPO's ICL seeding and ExTra's prefixes act on) while the easy ones fill the ICL corpus.
+HARD = ArithConfig(max_operand=99)
+
+
+def mixed_problems(n: int, seed: int, hard_every: int, hard: ArithConfig = HARD) -> list[Problem]:
+    """`n` problems where every `hard_every`-th one (1-based) is drawn from `hard`, the rest from the default."""
+    if hard_every < 1:
+        raise ValueError(f"hard_every must be >= 1, got {hard_every}")
+    easy, harder = sample_problems(n, seed), sample_problems(n, seed + 1, hard)
+    return [harder[i] if (i + 1) % hard_every == 0 else easy[i] for i in range(n)]
+
+
+def write_parquet(path: str | Path, n: int, seed: int, split: str, config: ArithConfig = ArithConfig(),
+                  hard_every: int = 0) -> Path:
+    """Write `n` problems to a verl parquet file (every `hard_every`-th one hard; 0: none); returns the path."""
     import pandas as pd
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(verl_rows(sample_problems(n, seed, config), split)).to_parquet(path)
+    problems = mixed_problems(n, seed, hard_every) if hard_every else sample_problems(n, seed, config)
+    pd.DataFrame(verl_rows(problems, split)).to_parquet(path)
     return path
 
 

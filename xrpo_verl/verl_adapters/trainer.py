@@ -37,8 +37,16 @@ from verl.workers.utils.padding import response_to_nested
 from xrpo_verl import advantages as adv_lib
 from xrpo_verl import planner
 from xrpo_verl.verl_adapters import rows as R
-from xrpo_verl.verl_adapters.agent_loops import ICL_AGENT, PREFIX_AGENT, XrpoAgentLoopManager
-from xrpo_verl.verl_adapters.config import AGENT_LOOP_MANAGER, TRAINER_MODE, validate_trainer_config
+from xrpo_verl.verl_adapters.agent_loops import (
+    ICL_AGENT,
+    PREFIX_AGENT,
+    XrpoAgentLoopManager,
+)
+from xrpo_verl.verl_adapters.config import (
+    AGENT_LOOP_MANAGER,
+    TRAINER_MODE,
+    validate_trainer_config,
+)
 from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
 from xrpo_verl.verl_adapters.state import PluginState
 
@@ -77,6 +85,15 @@ def newline_token_ids(tokenizer) -> set[int]:
         if tokenizer.decode([i]) in ("\n", "\n\n"):
             ids.add(i)
     return ids
+
+
+def icl_token_budget(tokenizer, messages: list[dict], user_text: str, count_tokens, prompt_length: int) -> int:
+    """Tokens the rendered ICL user turn may take: the rollout's prompt cap (verl left-truncates past it,
+    agent_loop.py `_cap_text_prompt_length`, which would cut the examples' header) minus what the
+    chat template adds around the user text."""
+    templated = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    overhead = len(tokenizer.encode(templated, add_special_tokens=False)) - count_tokens(user_text)
+    return max(1, prompt_length - max(0, overhead))
 
 
 @register_trainer(TRAINER_MODE)
@@ -136,6 +153,8 @@ class XrpoTrainer(PPOTrainerSync):
         icl_uids: set[str] = set()
         icl_sessions: dict[str, list[range]] = defaultdict(list)
         sims: list[float] = []
+        # why an all-fail prompt given rollouts did (not) get an ICL prompt: "ok", "no_examples", "no_fit"
+        icl_misses: dict[str, int] = defaultdict(int)
         out: dict[str, float] = {}
         budgets = planner.round_budgets(len(base), p.n_avg, p.n_base, p.rounds)
         for r, budget in enumerate(budgets[1:], start=1):
@@ -154,6 +173,7 @@ class XrpoTrainer(PPOTrainerSync):
                 icl_text = ""
                 if s.use_icl and max(lst) <= 0:
                     icl_text, sim = self._xrpo_icl_prompt(row)
+                    icl_misses[sim if not icl_text else "ok"] += 1
                     if icl_text:
                         icl_uids.add(u)
                         icl_sessions[u].append(range(counts[u], counts[u] + k))
@@ -176,6 +196,9 @@ class XrpoTrainer(PPOTrainerSync):
             out["xrpo/icl/triggers"] = len(icl_uids)
             out["xrpo/icl/flip_rate"] = flips / len(icl_uids) if icl_uids else 0.0
             out["xrpo/icl/corpus_size"] = len(self.xrpo_state.corpus)
+            # an all-fail prompt falls back to zero-shot when retrieval is empty or the examples do not fit
+            out["xrpo/icl/fallback_no_examples"] = icl_misses["no_examples"]
+            out["xrpo/icl/fallback_no_fit"] = icl_misses["no_fit"]
             if sims:
                 out["xrpo/icl/retrieval_similarity/mean"] = float(np.mean(sims))
         sizes = np.array(list(counts.values()))
@@ -201,8 +224,9 @@ class XrpoTrainer(PPOTrainerSync):
             out[f"xrpo/round_{r}/phi_over_delta"] = float(phi.mean() / delta.mean())
         return out
 
-    def _xrpo_icl_prompt(self, row: dict) -> tuple[str, float]:
-        """Rendered ICL user turn for an all-fail prompt, or ("", nan) when nothing usable is retrieved."""
+    def _xrpo_icl_prompt(self, row: dict) -> tuple[str, float | str]:
+        """(rendered ICL user turn, mean retrieval similarity) for an all-fail prompt, or
+        ("", reason) with reason "no_examples" (empty retrieval) or "no_fit" (examples exceed the budget)."""
         from xrpo_verl.icl import render_icl_prompt
 
         icl = self.xrpo_settings.xrpo.icl
@@ -210,17 +234,21 @@ class XrpoTrainer(PPOTrainerSync):
         examples = self.xrpo_state.corpus.retrieve(row[R.COL_PROMPT_KEY], text, k=icl.k,
                                                    min_similarity=icl.min_similarity)
         if not examples:
-            return "", math.nan
+            return "", "no_examples"
         tok = self.tokenizer
+
+        def count(t: str) -> int:
+            return len(tok.encode(t, add_special_tokens=False))
+
         rendered = render_icl_prompt(
-            examples, text,
-            count_tokens=lambda t: len(tok.encode(t, add_special_tokens=False)),
+            examples, text, count_tokens=count,
             truncate=lambda t, n: tok.decode(tok.encode(t, add_special_tokens=False)[:n]),
             max_example_tokens=icl.max_example_tokens,
-            max_prompt_tokens=icl.max_prompt_tokens or int(self.config.data.max_prompt_length),
+            max_prompt_tokens=icl.max_prompt_tokens or icl_token_budget(tok, row["raw_prompt"], text, count,
+                                                                        int(self.config.actor_rollout_ref.rollout.prompt_length)),
         )
         if rendered == text:  # zero-shot fallback: the examples did not fit
-            return "", math.nan
+            return "", "no_fit"
         sims = [float(getattr(e, "similarity", math.nan)) for e in examples]
         return rendered, float(np.nanmean(sims)) if not all(map(math.isnan, sims)) else math.nan
 
@@ -298,7 +326,7 @@ class XrpoTrainer(PPOTrainerSync):
         self._xrpo_plugin_s += time.perf_counter() - tic
         return batch
 
-    def _xrpo_write_advantages(self, batch, view: "BatchView", nested_mask, metrics: dict):
+    def _xrpo_write_advantages(self, batch, view: BatchView, nested_mask, metrics: dict):
         s = self.xrpo_settings
         novelty = torch.zeros(len(view.uids), dtype=torch.float32)
         gate = None
@@ -322,7 +350,7 @@ class XrpoTrainer(PPOTrainerSync):
         metrics["xrpo/adv/seq_mean"] = float(valid_adv.mean()) if len(valid_adv) else 0.0
         return batch
 
-    def _xrpo_variance_gate(self, view: "BatchView") -> torch.Tensor:
+    def _xrpo_variance_gate(self, view: BatchView) -> torch.Tensor:
         """g(x) per row after folding this step's group reward variance into the per-prompt EMA."""
         ema = self.xrpo_state.reward_var
         by_key: dict[str, list[float]] = defaultdict(list)
@@ -331,7 +359,7 @@ class XrpoTrainer(PPOTrainerSync):
         gates = {k: ema.update(k, v) for k, v in by_key.items()}
         return torch.tensor([gates.get(k, 1.0) for k in view.keys], dtype=torch.float32)
 
-    def _xrpo_novelty(self, view: "BatchView") -> torch.Tensor:
+    def _xrpo_novelty(self, view: BatchView) -> torch.Tensor:
         """ExTra r_int per row from the response tails; every valid response then enters the memory."""
         nov_cfg = self.xrpo_settings.extra.novelty
         idx = np.flatnonzero(view.valid.numpy())
@@ -347,7 +375,7 @@ class XrpoTrainer(PPOTrainerSync):
         self.xrpo_state.novelty.update(keys, emb)
         return novelty
 
-    def _xrpo_update_memories(self, view: "BatchView", metrics: dict) -> None:
+    def _xrpo_update_memories(self, view: BatchView, metrics: dict) -> None:
         s = self.xrpo_settings
         if s.use_icl:
             added = 0
@@ -366,6 +394,7 @@ class XrpoTrainer(PPOTrainerSync):
             metrics["xrpo/icl/corpus_size"] = len(self.xrpo_state.corpus)
         guided = ~view.not_guided & view.valid
         metrics["xrpo/guided/rollouts"] = float(guided.sum())
+        metrics.update(prefix_mask_metrics(view))
         metrics["xrpo/guided/success_rate"] = float(view.correct[guided].float().mean()) if guided.any() else 0.0
         if s.use_prefix:
             from xrpo_verl.verl_adapters.prefixes import queue_prefixes
@@ -400,6 +429,21 @@ class XrpoTrainer(PPOTrainerSync):
         self.xrpo_state.load(folder)
 
 
+def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
+    """Response tokens the loss does not see (`response_mask` 0 inside the response), from the batch itself:
+    ExTra guided rows must have them (the forced prefix), every other row none."""
+    lengths = torch.tensor([int(r.numel()) for r in view.responses], dtype=torch.float32)
+    masked = lengths - view.mask.sum(-1)
+    guided = ~view.not_guided & view.valid
+    other = view.not_guided & view.valid
+    return {
+        "xrpo/prefix/guided_rows": float(guided.sum()),
+        "xrpo/prefix/guided_rows_masked": float((masked[guided] > 0).sum()),
+        "xrpo/prefix/masked_prefix_tokens": float(masked[guided].sum()),
+        "xrpo/prefix/masked_tokens_other_rows": float(masked[other].sum()),
+    }
+
+
 class BatchView:
     """The step's trajectories as dense tensors and lists (B rows, T = longest response)."""
 
@@ -420,7 +464,7 @@ class BatchView:
         self.seq_logp_mean = adv_lib.sequence_mean_logprob(old_log_probs, mask)
 
     @classmethod
-    def from_tq(cls, data: TensorDict, tags: list[dict]) -> "BatchView":
+    def from_tq(cls, data: TensorDict, tags: list[dict]) -> BatchView:
         def dense(name):
             return data[name].to_padded_tensor(0.0)
 
