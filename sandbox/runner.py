@@ -1,7 +1,8 @@
-"""Run one process with a wall clock, an output cap and rusage; also the in-container batch runner.
+"""Run one process with a wall clock, an output cap and rusage; also the in-sandbox batch runner.
 
-Standard library only: this file is copied into Docker containers and run there as
-`python3 runner.py BATCH.json`, and the bwrap backend imports `run_capped` on the host.
+Standard library only: this file runs inside the sandbox as `python3 -I runner.py BATCH.json`
+(copied into the Docker image, bind-mounted read-only under bwrap) and runs a submission's tests
+back to back; the bwrap backend also imports `run_capped` on the host for single runs.
 """
 from __future__ import annotations
 
@@ -20,29 +21,29 @@ import time
 STDERR_CAP = 64 << 10  # stderr is only kept for messages; it never causes OLE
 
 
-def rlimits(limits: dict) -> dict[str, int]:
-    """The rlimits applying the Limits fields (see verdict.Limits), by `prlimit` option name.
+def rlimits(limits: dict) -> dict[int, int]:
+    """The rlimits applying the Limits fields (see verdict.Limits), by `resource` constant.
 
     soft = hard: SIGKILL at the CPU limit (a namespace's pid 1 would ignore SIGXCPU anyway), and
     the program cannot raise any of them back.
     """
     return {
-        "as": int(limits["memory_mb"]) << 20,
+        resource.RLIMIT_AS: int(limits["memory_mb"]) << 20,
         # Unlimited: deep recursion is legal (as on Codeforces) and still capped by RLIMIT_AS. A finite
         # cap would also become every new thread's stack size (glibc), so threads would fail under AS.
-        "stack": resource.RLIM_INFINITY,
-        "cpu": max(1, math.ceil(limits["cpu_s"])),
-        "nproc": int(limits["max_processes"]),
-        "fsize": int(limits["max_file_mb"]) << 20,
-        "core": 0,
-        "nofile": 256,
+        resource.RLIMIT_STACK: resource.RLIM_INFINITY,
+        resource.RLIMIT_CPU: max(1, math.ceil(limits["cpu_s"])),
+        resource.RLIMIT_NPROC: int(limits["max_processes"]),
+        resource.RLIMIT_FSIZE: int(limits["max_file_mb"]) << 20,
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_NOFILE: 256,
     }
 
 
-def limit_prefix(limits: dict) -> list[str]:
-    """`prlimit` argv applying `rlimits(limits)` to the command after it."""
-    values = {k: "unlimited" if v == resource.RLIM_INFINITY else v for k, v in rlimits(limits).items()}
-    return ["prlimit", *(f"--{name}={value}" for name, value in values.items()), "--"]
+def set_rlimits(items: list[tuple[int, int]]) -> None:
+    """Apply rlimits to the calling process; safe between fork and exec (only syscalls)."""
+    for res, value in items:
+        resource.setrlimit(res, (value, value))
 
 
 def _kill_group(pid: int) -> None:
@@ -159,9 +160,20 @@ def _read(fd: int, p, out: list, err: list, sizes: dict) -> int:
     return len(data)
 
 
-# ---- in-container batch runner (Docker backend) ----
+# ---- in-sandbox batch runner (both backends) ----
 
 WORK = "/work"
+_DEFAULT_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"}
+
+
+def _undumpable() -> None:
+    """PR_SET_DUMPABLE 0. The programs run as our uid: without this they could open
+    /proc/<runner>/fd/1 or ptrace the runner and write forged results to the host."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def _reset(dirs=(WORK, "/tmp")) -> None:
@@ -170,10 +182,10 @@ def _reset(dirs=(WORK, "/tmp")) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # killed processes die asynchronously; wait for them
         try:
-            os.kill(-1, signal.SIGKILL)
+            os.kill(-1, signal.SIGKILL)  # never reaches pid 1 (Docker's init, or bwrap's)
         except ProcessLookupError:
             pass
-        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) != me and _owner(p) == uid]:
+        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and _owner(p) == uid]:
             break
         time.sleep(0.005)
     for d in dirs:
@@ -203,21 +215,29 @@ def _write_files(files: dict, job: str) -> None:
 
 
 def main(batch_path: str) -> int:
+    """Run the batch's steps in order, printing one JSON line before ({"begin": i}) and one after
+    ({"result": i, ...}) each step. With "sync", wait for a line on stdin after each begin: the
+    host resets its memory counter there."""
+    _undumpable()
     job = os.path.dirname(batch_path)
     with open(batch_path) as f:
         batch = json.load(f)
     if batch.get("reset"):
         _reset()
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"}
+    env = batch.get("env") or _DEFAULT_ENV
     for i, step in enumerate(batch["steps"]):
         print(json.dumps({"begin": i}), flush=True)
+        if batch.get("sync") and not sys.stdin.readline():
+            return 1  # the host went away
         _write_files(step.get("files", {}), job)
         stdin = b""
         if step.get("stdin"):
             with open(os.path.join(job, step["stdin"]), "rb") as f:
                 stdin = f.read()
         lim = step["limits"]
-        r = run_capped(limit_prefix(lim) + step["argv"], stdin, lim["wall_s"], lim["max_output_bytes"], cwd=WORK, env=env)
+        limits = list(rlimits(lim).items())
+        r = run_capped(step["argv"], stdin, lim["wall_s"], lim["max_output_bytes"], cwd=WORK, env=env,
+                       preexec_fn=lambda: set_rlimits(limits))
         _reset(dirs=("/tmp",))
         if r["status"] != "ok":
             r["stdout"] = r["stdout"][:4096]  # only a run that exited 0 gets compared

@@ -6,11 +6,12 @@ worker (a bwrap uid slot, or a pooled container) from compilation to its last te
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from ..verdict import Limits, RunResult
+from ..verdict import Limits, RunResult, RunStatus
 
 WORK = "/work"  # the work dir's path inside every sandbox
 
@@ -84,3 +85,38 @@ def write_file_nofollow(directory: str, name: str, data: bytes, mode: int = 0o64
         f.write(data)
 
 
+
+
+class RunnerReport:
+    """The in-sandbox batch runner's JSON lines (runner.main), read back into RunResults."""
+
+    def __init__(self) -> None:
+        self.results: list[RunResult] = []
+        self.begun = -1  # index of the last step the runner started
+
+    def feed(self, line: bytes) -> bool:
+        """Take one line; True when it announced the start of a step."""
+        msg = json.loads(line)
+        if "begin" in msg:
+            self.begun = msg["begin"]
+            return True
+        msg.pop("result")
+        self.results.append(RunResult.from_wire(msg))
+        return False
+
+    @property
+    def interrupted(self) -> bool:
+        """A step started but never reported: the runner died or hung mid-step."""
+        return self.begun >= len(self.results)
+
+    def finish(self, killed: bool, runner_stderr: bytes) -> list[RunResult]:
+        """The results, ending with why the batch stopped when a step never reported."""
+        if self.interrupted:
+            if killed:
+                self.results.append(RunResult(RunStatus.TIMEOUT, message="the runner stopped responding"))
+            elif b"Traceback" in runner_stderr:
+                err = runner_stderr[-500:].decode(errors="replace")
+                self.results.append(RunResult(RunStatus.ERROR, message=f"runner failed: {err}"))
+            else:  # the submission killed its runner (it runs under the same uid)
+                self.results.append(RunResult(RunStatus.SIGNALED, signal=9, message="the program killed the judge's runner"))
+        return self.results

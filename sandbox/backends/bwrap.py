@@ -1,18 +1,22 @@
-"""bubblewrap backend: one bwrap per process, a private uid per worker slot.
+"""bubblewrap backend: a private uid per worker slot; one bwrap per single run, one per batch.
 
-Each run: Popen(user=uid, preexec_fn: join the slot cgroup, set the rlimits) -> bwrap (all
-namespaces unshared, read-only root, fresh tmpfs /tmp) -> command, with the command as pid 1 so
-wait4() sees its CPU time. No shell or prlimit in between: each extra exec cost a few ms per run.
+A single run (a compilation, a one-test problem): Popen(user=uid, preexec_fn: join the slot
+cgroup, set the rlimits) -> bwrap (all namespaces unshared, read-only root, fresh tmpfs /tmp)
+-> command, with the command as pid 1 so wait4() sees its CPU time. No shell or prlimit between.
+A batch (a submission's tests, a checker's runs): the same bwrap runs the batch runner
+(runner.py, read-only at /xrpo), which runs them back to back inside one sandbox. bwrap's
+namespace setup and teardown cost about 10 ms, as much as a small test, so a batch pays it once.
 RLIMIT_NPROC counts per uid host-wide, so every slot's uid is leased host-wide (uids.py).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import queue
-import resource
 import shutil
+import signal
 import signal
 import subprocess
 import tempfile
@@ -21,13 +25,16 @@ import time
 from dataclasses import dataclass
 
 from .. import runner
-from ..languages import PCH_DIR, pch_build_argv
+from ..languages import PCH_DIR, PYTHON, pch_build_argv
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
-from .base import WORK, Backend, RunSpec, Session, write_file_nofollow
+from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
 from .uids import UidLease, default_lock_dir
 
 _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
 _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
+_RUNNER = "/xrpo/runner.py"  # the batch runner, read-only, inside the sandbox
+_JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sandbox
+_BATCH_PROCS = 2  # bwrap's init and the runner count against the tests' RLIMIT_NPROC
 
 
 @dataclass
@@ -192,6 +199,15 @@ class _MemoryCgroup:
         except OSError:
             return None
 
+    def usage_mb(self) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            with open(os.path.join(self.path, "memory.usage_in_bytes")) as f:
+                return int(f.read()) / 2**20
+        except OSError:
+            return None
+
     def remove(self) -> None:
         """Delete the slot's group (its processes are reaped), and the shared parent once empty."""
         if self._tasks_fd >= 0:
@@ -271,49 +287,55 @@ class BwrapSession(Session):
     def __init__(self, backend: BwrapBackend, uid: int, work: str, cgroup: _MemoryCgroup) -> None:
         self.backend, self.uid, self.work, self.cgroup = backend, uid, work, cgroup
 
-    def _argv(self, spec: RunSpec, status_fd: int) -> list[str]:
+    def _argv(self, command: list[str], status_fd: int, writable: bool, job: str | None = None) -> list[str]:
+        """bwrap around command; with a job dir, the batch runner is pid 2 under bwrap's init."""
         cfg = self.backend.config
         argv = ["bwrap", "--size", str(cfg.tmp_mb << 20), "--tmpfs", "/tmp"]
         for d in _ROOT_BINDS:
             if os.path.exists(d):
                 argv += ["--ro-bind", d, d]
-        argv += ["--bind" if spec.writable else "--ro-bind", self.work, WORK]
+        argv += ["--bind" if writable else "--ro-bind", self.work, WORK]
         if os.path.isdir(self.backend.pch_dir):
             argv += ["--ro-bind", self.backend.pch_dir, PCH_DIR]
+        if job is not None:
+            argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
         argv += [
             "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
-            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
+            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            *(() if job is not None else ("--as-pid-1",)),
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
             # bwrap writes {"exit-code": n} here only when its setup finished and exec succeeded:
             # without it the failure is ours (SE). The program does not inherit this fd.
             "--json-status-fd", str(status_fd),
             "--",
         ]
-        return argv + spec.argv
+        return argv + command
 
     def _preexec(self, limits: Limits):
         """What the child does between fork and exec of bwrap, as the slot uid: join the slot's
         memory cgroup, then set the rlimits, which bwrap and the program inherit."""
         join = self.cgroup.join_in_child if self.cgroup.reset_peak() else None
-        rlims = [(_RLIMIT[name], value) for name, value in runner.rlimits(limits.to_dict()).items()]
+        rlims = list(runner.rlimits(limits.to_dict()).items())
 
         def preexec() -> None:
             if join is not None:
                 join()
-            for res, value in rlims:
-                resource.setrlimit(res, (value, value))
+            runner.set_rlimits(rlims)
 
         return preexec
 
-    def run(self, spec: RunSpec) -> RunResult:
+    def _write_files(self, spec: RunSpec) -> None:
         if f"-I{PCH_DIR}" in spec.argv:
             self.backend.ensure_pch()
         for name, data in spec.files.items():
             write_file_nofollow(self.work, name, data, 0o755)
+
+    def run(self, spec: RunSpec) -> RunResult:
+        self._write_files(spec)
         r_fd, w_fd = os.pipe()
         try:
             raw = runner.run_capped(
-                self._argv(spec, w_fd), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
+                self._argv(spec.argv, w_fd, spec.writable), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
                 user=self.uid, pass_fds=(w_fd,), preexec_fn=self._preexec(spec.limits),
             )
             peak = self.cgroup.peak_mb()
@@ -332,10 +354,122 @@ class BwrapSession(Session):
                     os.close(fd)
         return _result(raw, status)
 
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+        results: list[RunResult] = []
+        for group in _batchable_groups(specs):
+            done = [self.run(group[0])] if len(group) == 1 else self._run_batch(group, stop_on_failure)
+            results += done
+            if len(done) < len(group) or (stop_on_failure and done[-1].status is not RunStatus.OK):
+                break
+        return results
 
-# prlimit option names (runner.rlimits) -> setrlimit resources
-_RLIMIT = {"as": resource.RLIMIT_AS, "stack": resource.RLIMIT_STACK, "cpu": resource.RLIMIT_CPU, "nproc": resource.RLIMIT_NPROC,
-           "fsize": resource.RLIMIT_FSIZE, "core": resource.RLIMIT_CORE, "nofile": resource.RLIMIT_NOFILE}
+    def _run_batch(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+        """specs in one bwrap, through the batch runner."""
+        for spec in specs:
+            self._write_files(spec)
+        job = tempfile.mkdtemp(prefix="xrpo-job-", dir=self.backend.config.work_root)
+        try:
+            os.chmod(job, 0o755)  # readable by the slot uid, writable only by us
+            steps = []
+            for i, spec in enumerate(specs):
+                if spec.stdin:
+                    write_file_nofollow(job, f"in{i}", spec.stdin)
+                lim = spec.limits.to_dict()
+                lim["max_processes"] += _BATCH_PROCS
+                steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None})
+            env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": env}
+            write_file_nofollow(job, "batch.json", json.dumps(batch).encode())
+            return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
+        finally:
+            shutil.rmtree(job, ignore_errors=True)
+
+    def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
+        """Run the runner on job/batch.json. Before each step the host resets the slot's peak
+        memory, so each test's peak is its own (above what the runner already held)."""
+        command = [PYTHON, "-I", _RUNNER, f"{_JOB_DIR}/batch.json"]
+        report, killed, base = RunnerReport(), threading.Event(), None
+        r_fd, w_fd = os.pipe()
+        with tempfile.TemporaryFile() as err:
+            try:
+                p = subprocess.Popen(
+                    self._argv(command, w_fd, False, job), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                    user=self.uid, group=self.uid, extra_groups=[], start_new_session=True, pass_fds=(w_fd,),
+                    preexec_fn=self._preexec(outer),
+                )
+            except OSError as e:
+                os.close(r_fd)
+                return [RunResult(RunStatus.ERROR, message=f"bwrap could not start: {e}")]
+            finally:
+                os.close(w_fd)
+
+            def watchdog() -> None:  # the runner enforces each wall clock; this catches the runner itself
+                killed.set()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+
+            timer = threading.Timer(outer.wall_s, watchdog)
+            timer.start()
+            try:
+                for line in p.stdout:
+                    try:
+                        begun = report.feed(line)
+                    except (ValueError, KeyError, TypeError):  # a line cut short when the runner was killed
+                        break
+                    if begun:
+                        self.cgroup.reset_peak()
+                        base = self.cgroup.usage_mb()
+                        try:
+                            p.stdin.write(b"\n")
+                            p.stdin.flush()
+                        except BrokenPipeError:
+                            break
+                    elif base is not None and (peak := self.cgroup.peak_mb()) is not None:
+                        report.results[-1].memory_mb = max(0.0, peak - base)
+            finally:
+                timer.cancel()
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                for f in (p.stdin, p.stdout):
+                    with contextlib.suppress(BrokenPipeError):
+                        f.close()
+                status = _read_available(r_fd)
+                os.close(r_fd)
+            reap(self.uid)
+            err.seek(0)
+            runner_err = err.read()[-8192:]
+        if not report.results and report.begun < 0 and not killed.is_set():
+            who = "the runner" if b'"exit-code"' in status else "bwrap"
+            return [RunResult(RunStatus.ERROR, message=f"{who} failed before the first test: {runner_err.decode(errors='replace').strip()[-300:]}")]
+        return report.finish(killed.is_set(), runner_err)
+
+
+def _batchable_groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
+    """Consecutive runs that can share one sandbox: read-only /work, no file written twice
+    (the host writes a group's files before its first run)."""
+    groups: list[list[RunSpec]] = []
+    names: set[str] = set()
+    for spec in specs:
+        if spec.writable or not groups or groups[-1][0].writable or names & spec.files.keys():
+            groups.append([spec])
+            names = set(spec.files)
+        else:
+            groups[-1].append(spec)
+            names |= spec.files.keys()
+    return groups
+
+
+def _outer_limits(limits: list[Limits]) -> Limits:
+    """The rlimits of bwrap and the runner: at least each test's, which the runner lowers per
+    test (a hard limit can be lowered, never raised). RLIMIT_CPU counts per process, and the
+    runner itself uses little."""
+    return Limits(
+        cpu_s=sum(lim.cpu_s for lim in limits) + 10, wall_s=sum(lim.wall_s for lim in limits) + 30,
+        memory_mb=max(256, *(lim.memory_mb for lim in limits)),
+        max_processes=max(lim.max_processes for lim in limits) + _BATCH_PROCS,
+        max_file_mb=max(lim.max_file_mb for lim in limits),
+    )
 
 
 def _read_available(fd: int) -> bytes:

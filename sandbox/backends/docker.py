@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..image import IMAGE, RUNNER_PATH, build_image
 from ..verdict import RunResult, RunStatus
-from .base import WORK, Backend, RunSpec, Session
+from .base import WORK, Backend, RunnerReport, RunSpec, Session
 from .uids import UidLease, default_lock_dir
 
 LABEL = "xrpo.sandbox"
@@ -243,8 +243,7 @@ class DockerSession(Session):
 
         timer = threading.Timer(budget, watchdog)
         timer.start()
-        results: list[RunResult] = []
-        begun, pending, err = -1, [], b""
+        report, pending, err = RunnerReport(), [], b""
         try:
             ex = api.exec_create(cid, ["python3", "-I", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK)
             for out, e in api.exec_start(ex["Id"], stream=True, demux=True):
@@ -257,30 +256,19 @@ class DockerSession(Session):
                 *lines, tail = b"".join(pending).split(b"\n")
                 pending = [tail]
                 for line in lines:
-                    msg = json.loads(line)
-                    if "begin" in msg:
-                        begun = msg["begin"]
-                    else:
-                        msg.pop("result")
-                        results.append(RunResult.from_wire(msg))
+                    report.feed(line)
             code = api.exec_inspect(ex["Id"])["ExitCode"]
         except Exception as e:  # the daemon or container failed under us
             self.w.broken = True
-            return results + [RunResult(RunStatus.ERROR, message=f"docker exec failed: {type(e).__name__}: {e}")]
+            return report.results + [RunResult(RunStatus.ERROR, message=f"docker exec failed: {type(e).__name__}: {e}")]
         finally:
             timer.cancel()
-        if begun >= len(results):  # a step started but never reported
+        if report.interrupted:
             self.w.broken = True
-            if killed.is_set():
-                results.append(RunResult(RunStatus.TIMEOUT, message="the runner stopped responding"))
-            elif code == 1 and b"Traceback" in err:
-                results.append(RunResult(RunStatus.ERROR, message=f"runner failed: {err[-500:].decode(errors='replace')}"))
-            else:  # the submission killed its runner (it runs under the same uid)
-                results.append(RunResult(RunStatus.SIGNALED, signal=9, message="the program killed the judge's runner"))
-        elif code != 0 and not results:
+        elif code != 0 and not report.results:
             self.w.broken = True
-            results.append(RunResult(RunStatus.ERROR, message=f"runner exited {code}: {err[-500:].decode(errors='replace')}"))
-        return results
+            return [RunResult(RunStatus.ERROR, message=f"runner exited {code}: {err[-500:].decode(errors='replace')}")]
+        return report.finish(killed.is_set(), err)
 
 
 def collect_stale(client) -> int:

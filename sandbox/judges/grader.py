@@ -147,10 +147,12 @@ def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[in
         err = _compile(s, lang, "checker", {lang.source("checker"): prob.checker.code.encode()}, COMPILE_LIMITS)
         if err is not None:
             raise ValueError(f"problem {prob.id!r}: the checker does not compile: {err[:500]}")
-        for i, out in outputs.items():
-            t = prob.tests[i]
-            files = {"input.txt": t.input.encode(), "expected.txt": t.output.encode(), "output.txt": out}
-            r = s.run(RunSpec(lang.run_argv("checker") + ["input.txt", "expected.txt", "output.txt"], CHECKER_LIMITS, files=files))
+        order = list(outputs)  # one batch: distinct file names per test, so all fit in one work dir
+        specs = [RunSpec(lang.run_argv("checker") + [f"in{i}.txt", f"expected{i}.txt", f"out{i}.txt"], CHECKER_LIMITS,
+                         files={f"in{i}.txt": prob.tests[i].input.encode(), f"expected{i}.txt": prob.tests[i].output.encode(),
+                                f"out{i}.txt": outputs[i]})
+                 for i in order]
+        for i, r in zip(order, s.run_many(specs, stop_on_failure=stop)):
             if r.status not in (RunStatus.OK, RunStatus.EXITED):
                 raise SandboxError(f"checker of test {i} did not finish ({r.status.value}): {r.message or r.stderr[-200:]!r}")
             if r.status is RunStatus.EXITED:

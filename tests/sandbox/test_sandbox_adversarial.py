@@ -14,6 +14,9 @@ from sandbox.backends.docker import LABEL, DockerBackend, DockerConfig
 
 ECHO = {"id": "echo", "judge": "livecodebench", "kind": "stdio", "time_limit_s": 1, "memory_mb": 256,
         "tests": [{"input": "", "output": "ok"}]}
+# Two tests: judged as one batch in one sandbox (the in-sandbox runner) instead of one direct run.
+ECHO2 = {**ECHO, "id": "echo2", "tests": ECHO["tests"] * 2}
+SHAPES = pytest.mark.parametrize("problem", [ECHO, ECHO2], ids=["single", "batch"])
 
 
 def _sandbox_processes(uids) -> list[int]:
@@ -51,10 +54,13 @@ FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSE
 MEMORY_BOMB = "x = []\nwhile True:\n    x.append(bytearray(10 ** 7))"
 
 
+@SHAPES
 @pytest.mark.parametrize(
     "code, verdicts",
     [
         (FORK_BOMB, {Verdict.TLE}),
+        # Touching 300 MB costs 0.3-0.7 s of kernel CPU here, near a 1 s limit on a loaded machine:
+        # MEMORY_BOMB gets a 3 s time limit below, so that it is the memory cap that stops it.
         (MEMORY_BOMB, {Verdict.MLE}),
         ("import time\ntime.sleep(60)", {Verdict.TLE}),
         ("while True:\n    pass", {Verdict.TLE}),
@@ -62,9 +68,12 @@ MEMORY_BOMB = "x = []\nwhile True:\n    x.append(bytearray(10 ** 7))"
     ],
     ids=["fork-bomb", "memory-bomb", "sleep", "busy-loop", "output-flood"],
 )
-def test_resource_attacks(backend, code, verdicts):
-    r = _judge(backend, code)
+def test_resource_attacks(backend, code, verdicts, problem):
+    if code is MEMORY_BOMB:
+        problem = {**problem, "time_limit_s": 3}
+    r = _judge(backend, code, problem=problem)
     assert r.verdict in verdicts, r.to_dict()
+    assert len(r.tests) == 1, "the first failing test stops the submission"
     assert r.tests[0].wall_s < 5, "the wall clock must stop it within 2 x time limit + 1 s"
 
 
@@ -75,7 +84,8 @@ def test_network_is_unreachable(backend):
     assert _judge(backend, code).verdict is Verdict.AC  # any connection would print more than "ok"
 
 
-def test_host_files_and_environment_are_invisible(backend, monkeypatch):
+@SHAPES
+def test_host_files_and_environment_are_invisible(backend, monkeypatch, problem):
     monkeypatch.setenv("XRPO_SECRET_TOKEN", "hunter2")
     secret_dir = tempfile.mkdtemp(prefix="xrpo-secret-")
     with open(os.path.join(secret_dir, "key"), "w") as f:
@@ -87,11 +97,12 @@ def test_host_files_and_environment_are_invisible(backend, monkeypatch):
         "if any('hunter2' in v or k.startswith('XRPO') for k, v in os.environ.items()):\n    leaks.append('env')\n"
         "print('ok' if not leaks else leaks)"
     )
-    r = _judge(backend, code)
+    r = _judge(backend, code, problem=problem)
     assert r.verdict is Verdict.AC, r.to_dict()
 
 
-def test_writes_outside_work_dir_fail_and_never_reach_host(backend):
+@SHAPES
+def test_writes_outside_work_dir_fail_and_never_reach_host(backend, problem):
     marker = f"xrpo-escape-{os.getpid()}"
     code = (
         f"paths = ['/etc/{marker}', '/usr/{marker}', '/{marker}', '/job/{marker}', '/pch/{marker}']\nescaped = []\n"
@@ -99,14 +110,15 @@ def test_writes_outside_work_dir_fail_and_never_reach_host(backend):
         f"open('/tmp/{marker}', 'w').write('private tmp is fine')\n"
         "print('ok' if not escaped else escaped)"
     )
-    assert _judge(backend, code).verdict is Verdict.AC
+    assert _judge(backend, code, problem=problem).verdict is Verdict.AC
     assert not glob.glob(f"/**/{marker}", recursive=False) and not os.path.exists(f"/tmp/{marker}")
 
 
-def test_killing_the_parent_is_the_submissions_fault_and_the_judge_survives(backend):
+@SHAPES
+def test_killing_the_parent_is_the_submissions_fault_and_the_judge_survives(backend, problem):
     for code in ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')",
                  "import os, signal\nos.kill(-1, signal.SIGKILL)\nimport time\ntime.sleep(0.2)\nprint('ok')"):
-        r = _judge(backend, code)
+        r = _judge(backend, code, problem=problem)
         assert r.verdict in (Verdict.AC, Verdict.RE), r.to_dict()  # never SE or a hang
     assert _judge(backend, "print('ok')").verdict is Verdict.AC
 

@@ -128,6 +128,11 @@ def test_codeforces_checker_accepts_any_valid_answer(backend, checker_lang, chec
     assert (r.verdict, r.passed) == (Verdict.AC, 2), r.to_dict()
     r = judge(problem, "n = int(input())\nprint(0, n)", "python", backend=backend)
     assert (r.verdict, r.passed, len(r.tests)) == (Verdict.WA, 0, 1)
+    second_wrong = "n = int(input())\nprint(*((2, n - 2) if n < 8 else (0, n)))"
+    r = judge(problem, second_wrong, "python", backend=backend)  # the checkers of a submission run as one batch
+    assert [t.verdict for t in r.tests] == [Verdict.AC, Verdict.WA] and r.passed == 1, r.to_dict()
+    r = judge({**problem, "tests": problem["tests"][::-1]}, second_wrong, "python", backend=backend, stop_on_first_failure=False)
+    assert [t.verdict for t in r.tests] == [Verdict.WA, Verdict.AC] and r.verdict is Verdict.WA, r.to_dict()
 
 
 def test_checker_that_does_not_compile_is_a_bad_problem(bwrap_backend):
