@@ -177,14 +177,18 @@ def _undumpable() -> None:
 
 
 def _reset(dirs=(WORK, "/tmp")) -> None:
-    """Kill every other process this uid owns (not pid 1, not us) and empty the writable dirs."""
+    """Kill every other process this uid owns (not pid 1, not us) and empty the writable dirs.
+
+    Under bwrap the runner is pid 1 of its namespace: orphans are reparented to it, so it reaps them.
+    """
     me, uid = os.getpid(), os.getuid()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # killed processes die asynchronously; wait for them
         try:
-            os.kill(-1, signal.SIGKILL)  # never reaches pid 1 (Docker's init, or bwrap's)
+            os.kill(-1, signal.SIGKILL)  # never reaches pid 1 (Docker's init, or us under bwrap)
         except ProcessLookupError:
             pass
+        _reap_orphans()
         if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and _owner(p) == uid]:
             break
         time.sleep(0.005)
@@ -195,6 +199,14 @@ def _reset(dirs=(WORK, "/tmp")) -> None:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
+
+
+def _reap_orphans() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
 
 
 def _owner(pid: str) -> int:

@@ -34,7 +34,7 @@ _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
 _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
 _RUNNER = "/xrpo/runner.py"  # the batch runner, read-only, inside the sandbox
 _JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sandbox
-_BATCH_PROCS = 2  # bwrap's init and the runner count against the tests' RLIMIT_NPROC
+_BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
 
 
 @dataclass
@@ -288,7 +288,8 @@ class BwrapSession(Session):
         self.backend, self.uid, self.work, self.cgroup = backend, uid, work, cgroup
 
     def _argv(self, command: list[str], status_fd: int, writable: bool, job: str | None = None) -> list[str]:
-        """bwrap around command; with a job dir, the batch runner is pid 2 under bwrap's init."""
+        """bwrap around command, which is pid 1 of its namespace (bwrap's own init would outlive
+        bwrap's exit, a zombie for the host's pid 1 to reap); with a job dir, the batch runner."""
         cfg = self.backend.config
         argv = ["bwrap", "--size", str(cfg.tmp_mb << 20), "--tmpfs", "/tmp"]
         for d in _ROOT_BINDS:
@@ -301,8 +302,7 @@ class BwrapSession(Session):
             argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
         argv += [
             "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
-            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            *(() if job is not None else ("--as-pid-1",)),
+            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
             "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
             # bwrap writes {"exit-code": n} here only when its setup finished and exec succeeded:
             # without it the failure is ours (SE). The program does not inherit this fd.
@@ -410,6 +410,7 @@ class BwrapSession(Session):
 
             timer = threading.Timer(outer.wall_s, watchdog)
             timer.start()
+            ended = False  # the runner closed its output: bwrap exits by itself
             try:
                 for line in p.stdout:
                     try:
@@ -426,11 +427,16 @@ class BwrapSession(Session):
                             break
                     elif base is not None and (peak := self.cgroup.peak_mb()) is not None:
                         report.results[-1].memory_mb = max(0.0, peak - base)
+                else:
+                    ended = True
             finally:
                 timer.cancel()
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                try:  # the runner exited: let bwrap reap it (killed first, bwrap would leave it a zombie)
+                    p.wait(timeout=5 if ended else 0)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
                 for f in (p.stdin, p.stdout):
                     with contextlib.suppress(BrokenPipeError):
                         f.close()
