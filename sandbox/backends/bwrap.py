@@ -181,29 +181,18 @@ class _MemoryCgroup:
         (a move from outside would race with its first clone). Only a syscall: it runs after fork."""
         os.write(self._tasks_fd, b"0")
 
-    def pids(self) -> list[int] | None:
-        if self.path is None:
-            return None
-        try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
-        except OSError:
-            return None
-
     def peak_mb(self) -> float | None:
-        if self.path is None:
-            return None
-        try:
-            with open(os.path.join(self.path, "memory.max_usage_in_bytes")) as f:
-                return int(f.read()) / 2**20
-        except OSError:
-            return None
+        """The high-water mark since the last reset_peak."""
+        return self._read_mb("memory.max_usage_in_bytes")
 
     def usage_mb(self) -> float | None:
+        return self._read_mb("memory.usage_in_bytes")
+
+    def _read_mb(self, name: str) -> float | None:
         if self.path is None:
             return None
         try:
-            with open(os.path.join(self.path, "memory.usage_in_bytes")) as f:
+            with open(os.path.join(self.path, name)) as f:
                 return int(f.read()) / 2**20
         except OSError:
             return None
@@ -387,7 +376,7 @@ class BwrapSession(Session):
     def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
         """Run the runner on job/batch.json. Before each step the host resets the slot's peak
         memory, so each test's peak is its own (above what the runner already held)."""
-        command = [PYTHON, "-I", _RUNNER, f"{_JOB_DIR}/batch.json"]
+        command = [PYTHON, "-I", "-S", _RUNNER, f"{_JOB_DIR}/batch.json"]
         report, killed, base = RunnerReport(), threading.Event(), None
         r_fd, w_fd = os.pipe()
         with tempfile.TemporaryFile() as err:

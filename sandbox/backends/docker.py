@@ -245,7 +245,7 @@ class DockerSession(Session):
         timer.start()
         report, pending, err = RunnerReport(), [], b""
         try:
-            ex = api.exec_create(cid, ["python3", "-I", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK)
+            ex = api.exec_create(cid, ["python3", "-I", "-S", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK)
             for out, e in api.exec_start(ex["Id"], stream=True, demux=True):
                 err = (err + e)[-8192:] if e else err
                 if not out:
