@@ -256,7 +256,7 @@ def main(batch_path: str) -> int:
         r["stdout"] = base64.b64encode(r["stdout"]).decode()
         r["stderr"] = base64.b64encode(r["stderr"]).decode()
         print(json.dumps({"result": i, **r}), flush=True)
-        if batch.get("stop_on_failure") and r["status"] != "ok":
+        if r["status"] != "ok" and (batch.get("stop_on_failure") or step.get("required")):
             break
     return 0
 

@@ -30,6 +30,8 @@ class RunSpec:
     """Files written into /work before the run (plain names, no '/')."""
     writable: bool = False
     """Whether /work is writable (compilation); test runs see it read-only where the backend allows."""
+    required: bool = False
+    """run_many stops after this run when it fails, whatever stop_on_failure says (a compilation)."""
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) for a in self.argv):
@@ -47,13 +49,19 @@ class Session(ABC):
         """Run one process; a failure of the sandbox itself comes back as status ERROR."""
 
     def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
-        """Run specs in order, stopping after the first run that does not exit 0 when asked."""
+        """Run specs in order, stopping after the first run that does not exit 0 when asked
+        (or when that run is `required`)."""
         results = []
         for spec in specs:
             results.append(self.run(spec))
-            if stop_on_failure and results[-1].status.value != "ok":
+            if stops(spec, results[-1], stop_on_failure):
                 break
         return results
+
+
+def stops(spec: RunSpec, result: RunResult, stop_on_failure: bool) -> bool:
+    """Whether a batch ends after this run."""
+    return result.status is not RunStatus.OK and (stop_on_failure or spec.required)
 
 
 class Backend(ABC):

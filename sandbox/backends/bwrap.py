@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from .. import runner
 from ..languages import PCH_DIR, PYTHON, pch_build_argv
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
-from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
+from .base import WORK, Backend, RunnerReport, RunSpec, Session, stops, write_file_nofollow
 from .uids import UidLease, default_lock_dir
 
 _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
@@ -348,7 +348,7 @@ class BwrapSession(Session):
         for group in _batchable_groups(specs):
             done = [self.run(group[0])] if len(group) == 1 else self._run_batch(group, stop_on_failure)
             results += done
-            if len(done) < len(group) or (stop_on_failure and done[-1].status is not RunStatus.OK):
+            if len(done) < len(group) or stops(group[-1], done[-1], stop_on_failure):
                 break
         return results
 
@@ -365,7 +365,7 @@ class BwrapSession(Session):
                     write_file_nofollow(job, f"in{i}", spec.stdin)
                 lim = spec.limits.to_dict()
                 lim["max_processes"] += _BATCH_PROCS
-                steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None})
+                steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None, "required": spec.required})
             env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
             batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": env}
             write_file_nofollow(job, "batch.json", json.dumps(batch).encode())

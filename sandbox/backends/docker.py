@@ -222,7 +222,8 @@ class DockerSession(Session):
                 files[name] = f"f{i}_{j}"
             if spec.stdin:
                 _write(os.path.join(batch_dir, f"in{i}"), spec.stdin)
-            steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None})
+            steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None,
+                          "required": spec.required})
         _write(os.path.join(batch_dir, "batch.json"), json.dumps({"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}).encode())
         self.w.fresh = False
         try:

@@ -4,6 +4,7 @@ Judges never start processes themselves: they hand RunSpecs to a backend session
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -88,17 +89,14 @@ def judge(
 def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, compile_limits: Limits) -> JudgeResult:
     limits = test_limits(prob)
     n = len(prob.tests)
+    argv, files = lang.run_argv("sol"), {}
+    if prob.kind == "functional":
+        argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
+    specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
     with be.session() as s:
-        files = {lang.source("sol"): code.encode()}
-        ce = _compile(s, lang, "sol", files, compile_limits)
-        if ce is not None:
-            return JudgeResult(Verdict.CE, 0, n, message=ce)
-        argv = lang.run_argv("sol")
-        files = {}
-        if prob.kind == "functional":
-            argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
-        specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
-        runs = s.run_many(specs, stop_on_failure=stop)
+        ce, runs = _compile_and_run(s, lang, "sol", code.encode(), compile_limits, specs, stop)
+    if ce is not None:
+        return JudgeResult(Verdict.CE, 0, n, message=ce)
     tests, pending = [], []
     for i, r in enumerate(runs):
         v = run_verdict(r, limits)
@@ -118,17 +116,24 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
     return _summary(tests, n, stop)
 
 
-def _compile(s, lang: Language, stem: str, files: dict, limits: Limits) -> str | None:
-    """Compile in the sandbox; the compiler's message on failure, None on success."""
+def _compile_and_run(s, lang: Language, stem: str, source: bytes, limits: Limits, specs: list[RunSpec],
+                     stop: bool) -> tuple[str | None, list[RunResult]]:
+    """Compile in the sandbox, then run specs, in one run_many (Docker: one exec for both).
+    Returns the compiler's message and no runs on failure, else None and the runs."""
+    files = {lang.source(stem): source}
     argv = lang.compile_argv(stem)
-    r = s.run(RunSpec(argv, limits, files=files, writable=True))
+    if argv is None:
+        specs = [dataclasses.replace(specs[0], files={**files, **specs[0].files}), *specs[1:]]
+        return None, s.run_many(specs, stop_on_failure=stop)
+    runs = s.run_many([RunSpec(argv, limits, files=files, writable=True, required=True), *specs], stop_on_failure=stop)
+    r = runs[0]
     if r.status is RunStatus.ERROR:
         raise SandboxError(f"compiling: {r.message}")
     if r.status is RunStatus.OK:
-        return None
+        return None, runs[1:]
     if r.status is RunStatus.TIMEOUT or r.cpu_s >= limits.cpu_s:
-        return "compilation exceeded its time limit"
-    return (r.stderr or r.stdout)[-2000:].decode(errors="replace") or f"compiler exited with {r.exit_code or r.signal}"
+        return "compilation exceeded its time limit", []
+    return (r.stderr or r.stdout)[-2000:].decode(errors="replace") or f"compiler exited with {r.exit_code or r.signal}", []
 
 
 def _compare(prob: Problem, i: int, stdout: bytes) -> str | None:
@@ -143,24 +148,24 @@ def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[in
     """Run the problem's checker on each pending output, in its own session: the submission
     could otherwise overwrite the checker in a shared work dir."""
     lang = get_language(prob.checker.language)
+    order = list(outputs)  # one batch: distinct file names per test, so all fit in one work dir
+    specs = [RunSpec(lang.run_argv("checker") + [f"in{i}.txt", f"expected{i}.txt", f"out{i}.txt"], CHECKER_LIMITS,
+                     files={f"in{i}.txt": prob.tests[i].input.encode(), f"expected{i}.txt": prob.tests[i].output.encode(),
+                            f"out{i}.txt": outputs[i]})
+             for i in order]
     with be.session() as s:
-        err = _compile(s, lang, "checker", {lang.source("checker"): prob.checker.code.encode()}, COMPILE_LIMITS)
-        if err is not None:
-            raise ValueError(f"problem {prob.id!r}: the checker does not compile: {err[:500]}")
-        order = list(outputs)  # one batch: distinct file names per test, so all fit in one work dir
-        specs = [RunSpec(lang.run_argv("checker") + [f"in{i}.txt", f"expected{i}.txt", f"out{i}.txt"], CHECKER_LIMITS,
-                         files={f"in{i}.txt": prob.tests[i].input.encode(), f"expected{i}.txt": prob.tests[i].output.encode(),
-                                f"out{i}.txt": outputs[i]})
-                 for i in order]
-        for i, r in zip(order, s.run_many(specs, stop_on_failure=stop)):
-            if r.status not in (RunStatus.OK, RunStatus.EXITED):
-                raise SandboxError(f"checker of test {i} did not finish ({r.status.value}): {r.message or r.stderr[-200:]!r}")
-            if r.status is RunStatus.EXITED:
-                tests[i].verdict = Verdict.WA
-                tests[i].message = (r.stdout + r.stderr)[-300:].decode(errors="replace")
-                if stop:
-                    del tests[i + 1 :]
-                    return
+        err, runs = _compile_and_run(s, lang, "checker", prob.checker.code.encode(), COMPILE_LIMITS, specs, stop)
+    if err is not None:
+        raise ValueError(f"problem {prob.id!r}: the checker does not compile: {err[:500]}")
+    for i, r in zip(order, runs):
+        if r.status not in (RunStatus.OK, RunStatus.EXITED):
+            raise SandboxError(f"checker of test {i} did not finish ({r.status.value}): {r.message or r.stderr[-200:]!r}")
+        if r.status is RunStatus.EXITED:
+            tests[i].verdict = Verdict.WA
+            tests[i].message = (r.stdout + r.stderr)[-300:].decode(errors="replace")
+            if stop:
+                del tests[i + 1 :]
+                return
 
 
 def _summary(tests: list[TestResult], n: int, stop: bool) -> JudgeResult:

@@ -117,3 +117,32 @@ def test_bwrap_batch_leaves_no_job_dirs(bwrap_backend, n):
     with bwrap_backend.session() as s:
         assert [r.stdout for r in s.run_many([_py("print(2)")] * n, True)] == [b"2\n"] * n
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "xrpo-job-*"))) <= before
+
+
+def test_a_submission_costs_two_bwraps_or_one_docker_exec(backend, monkeypatch):
+    """Compilation and all tests: bwrap starts one sandbox for the compiler (/work writable) and
+    one for the tests; Docker runs both in one exec of the runner."""
+    import subprocess
+
+    from sandbox import Verdict, judge
+
+    problem = {"id": "sq", "judge": "livecodebench", "kind": "stdio", "time_limit_s": 1, "memory_mb": 256,
+               "tests": [{"input": f"{i}\n", "output": f"{i * i}"} for i in range(4)]}
+    starts = []
+    if backend.name == "docker":
+        create = backend.client.api.exec_create
+        monkeypatch.setattr(backend.client.api, "exec_create", lambda *a, **k: starts.append(a) or create(*a, **k))
+    else:
+        popen = subprocess.Popen
+
+        def counting(argv, *a, **k):
+            starts.append(argv[0])
+            return popen(argv, *a, **k)
+
+        monkeypatch.setattr(subprocess, "Popen", counting)
+    r = judge(problem, "n = int(input())\nprint(n * n)", "python", backend=backend)
+    assert (r.verdict, r.passed) == (Verdict.AC, 4), r.to_dict()
+    assert len(starts) == {"bwrap": 2, "docker": 1}[backend.name], starts
+    starts.clear()
+    r = judge(problem, "print(", "python", backend=backend)  # CE: the tests never start
+    assert r.verdict is Verdict.CE and len(starts) == 1, (r.to_dict(), starts)
