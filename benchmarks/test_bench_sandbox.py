@@ -102,6 +102,24 @@ def test_bench_docker_single_exec(benchmark, docker_be):
         _paired(benchmark, lambda: s.run(_spec()), 1)
 
 
+PROBLEM = {"id": "a-plus-b", "judge": "livecodebench", "kind": "stdio", "time_limit_s": 2, "memory_mb": 256,
+           "tests": [{"input": "1 2\n", "output": "3"}] * BATCH}
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_bench_judge_per_test(benchmark, request, backend):
+    """End to end: `judge()` of a Python submission with BATCH tests (its syntax check included),
+    per test, against BATCH bare runs."""
+    from sandbox import Verdict, judge
+
+    be = request.getfixturevalue({"bwrap": "bwrap", "docker": "docker_be"}[backend])
+
+    def run():
+        assert judge(PROBLEM, SOL, "python", backend=be).verdict is Verdict.AC
+
+    _paired(benchmark, run, BATCH)
+
+
 def _rate(run_one, workers: int, n: int) -> float:
     """Calls of run_one per second from `workers` threads."""
     t = time.perf_counter()

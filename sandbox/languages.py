@@ -26,6 +26,8 @@ class Language:
     """Compiler argv with {stem}, run with /work writable; None when nothing is compiled."""
     run_template: tuple[str, ...]
     """argv with {stem} that runs the program."""
+    compile_writes: bool = True
+    """Whether the compiler writes into /work; one that does not shares the tests' sandbox."""
 
     def source(self, stem: str) -> str:
         return f"{stem}.{self.extension}"
@@ -40,7 +42,7 @@ class Language:
 
 
 LANGUAGES = {
-    "python": Language("python", "py", (PYTHON, "-c", _PY_CHECK, "{stem}.py"), (PYTHON, "{stem}.py")),
+    "python": Language("python", "py", (PYTHON, "-c", _PY_CHECK, "{stem}.py"), (PYTHON, "{stem}.py"), compile_writes=False),
     "cpp": Language("cpp", "cpp", ("g++", *CPP_FLAGS, f"-I{PCH_DIR}", "-o", "{stem}", "{stem}.cpp"), ("./{stem}",)),
 }
 

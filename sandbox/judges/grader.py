@@ -125,7 +125,7 @@ def _compile_and_run(s, lang: Language, stem: str, source: bytes, limits: Limits
     if argv is None:
         specs = [dataclasses.replace(specs[0], files={**files, **specs[0].files}), *specs[1:]]
         return None, s.run_many(specs, stop_on_failure=stop)
-    runs = s.run_many([RunSpec(argv, limits, files=files, writable=True, required=True), *specs], stop_on_failure=stop)
+    runs = s.run_many([RunSpec(argv, limits, files=files, writable=lang.compile_writes, required=True), *specs], stop_on_failure=stop)
     r = runs[0]
     if r.status is RunStatus.ERROR:
         raise SandboxError(f"compiling: {r.message}")

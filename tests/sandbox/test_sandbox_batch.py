@@ -119,9 +119,11 @@ def test_bwrap_batch_leaves_no_job_dirs(bwrap_backend, n):
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "xrpo-job-*"))) <= before
 
 
-def test_a_submission_costs_two_bwraps_or_one_docker_exec(backend, monkeypatch):
-    """Compilation and all tests: bwrap starts one sandbox for the compiler (/work writable) and
-    one for the tests; Docker runs both in one exec of the runner."""
+@pytest.mark.parametrize("language, code", [("python", "n = int(input())\nprint(n * n)"),
+                                            ("cpp", "#include <cstdio>\nint main(){long n; scanf(\"%ld\", &n); printf(\"%ld\\n\", n * n);}")])
+def test_sandbox_starts_per_submission(backend, monkeypatch, language, code):
+    """Compilation and all tests in one run_many: Docker runs them in one exec of the runner;
+    bwrap needs a second sandbox only for a compiler that writes (C++: /work is writable there)."""
     import subprocess
 
     from sandbox import Verdict, judge
@@ -140,11 +142,12 @@ def test_a_submission_costs_two_bwraps_or_one_docker_exec(backend, monkeypatch):
             return popen(argv, *a, **k)
 
         monkeypatch.setattr(subprocess, "Popen", counting)
-    r = judge(problem, "n = int(input())\nprint(n * n)", "python", backend=backend)
+    r = judge(problem, code, language, backend=backend)
     assert (r.verdict, r.passed) == (Verdict.AC, 4), r.to_dict()
-    assert len(starts) == {"bwrap": 2, "docker": 1}[backend.name], starts
+    expected = 2 if (backend.name, language) == ("bwrap", "cpp") else 1
+    assert len(starts) == expected, starts
     starts.clear()
-    r = judge(problem, "print(", "python", backend=backend)  # CE: the tests never start
+    r = judge(problem, code[:-3], language, backend=backend)  # CE: the tests never start
     assert r.verdict is Verdict.CE and len(starts) == 1, (r.to_dict(), starts)
 
 
