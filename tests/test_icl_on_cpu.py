@@ -123,3 +123,62 @@ def test_render_drops_examples_before_truncating_then_falls_back():
 def test_bad_input_raises(call, needle):
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+class Fixed:
+    """Fake embedder returning preset unit vectors by text (the prompt text is an index)."""
+
+    def __init__(self, z):
+        self.z = z
+
+    def encode(self, texts):
+        return self.z[[int(t) for t in texts]]
+
+
+def _unit(n, d, seed):
+    z = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_faiss_retrieval_matches_brute_force_as_the_corpus_grows(index):
+    """The index is synced lazily (rows added between retrievals land in it), excludes the
+    query's own row, and agrees with the exact top-k of the cosine matrix (real FAISS)."""
+    z = _unit(300, 32, 0)
+    c = ICLCorpus(Fixed(z), index=index, use_gpu="never")
+    for n in (10, 120, 300):
+        for i in range(len(c), n):
+            c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+        queries = list(range(0, n, 7))
+        got = c.retrieve_many([f"p{i}" for i in queries], [str(i) for i in queries], k=3)
+        sims = z[queries] @ z[:n].T
+        sims[np.arange(len(queries)), queries] = -np.inf
+        want = np.argsort(-sims, axis=1)[:, :3]
+        assert [[e.prompt_id for e in g] for g in got] == [[f"p{j}" for j in row] for row in want]
+        assert np.allclose([e.similarity for e in got[0]], np.sort(sims[0])[::-1][:3], atol=1e-5)
+
+
+def test_ivf_index_is_retrained_when_the_corpus_doubles():
+    z = _unit(2000, 16, 1)
+    c = ICLCorpus(Fixed(z), index="ivf", use_gpu="never")
+    sizes = []
+    for n in (50, 90, 100, 400, 2000):
+        for i in range(len(c), n):
+            c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+        c.retrieve("new", str(n - 1), k=1)  # a near-duplicate query: its own vector is a corpus row
+        sizes.append(c._trained_on)
+    assert sizes == [50, 50, 100, 400, 2000]
+    # once trained on 2000 rows (nlist = 51 lists), the exact match is still found first
+    hit = c.retrieve("new", "1234", k=1)[0]
+    assert hit.prompt_id == "p1234" and hit.similarity == pytest.approx(1.0, abs=1e-5)
+
+
+def test_restored_corpus_rebuilds_its_index():
+    z = _unit(50, 8, 2)
+    c = ICLCorpus(Fixed(z), use_gpu="never")
+    for i in range(50):
+        c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+    before = [e.prompt_id for e in c.retrieve("p3", "3", k=4)]
+    d = ICLCorpus(Fixed(z), use_gpu="never")
+    d.load_state_dict(c.state_dict())
+    assert [e.prompt_id for e in d.retrieve("p3", "3", k=4)] == before

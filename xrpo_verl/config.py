@@ -233,16 +233,22 @@ class PrefixConfig(_Config):
 
 @dataclass
 class EmbedderConfig(_Config):
-    """Sentence encoder and FAISS index shared by ICL retrieval, novelty and prefixes."""
+    """Sentence encoder (ICL retrieval, novelty, prefixes) and the ICL corpus's FAISS index.
+
+    The novelty and prefix memories hold at most a few vectors per prompt and compare them
+    directly, so `index` and `use_gpu` matter for algorithm.xrpo.embedder only.
+    """
 
     model: str | None = _f(
         None, "sentence-transformers name or path; None is the bundled all-MiniLM-L6-v2 (the paper uses "
         "Qwen3-Embedding-8B for ICL). [C]/[R]")
     device: str | None = _f(None, "Torch device for the encoder; None picks cuda when available, else cpu. [I]")
     batch_size: int = _f(256, "Encoder batch size. [I]")
-    index: Literal["flat", "ivf", "hnsw"] = _f("flat", "FAISS index: exact inner product, or IVF/HNSW for large corpora. [I]")
+    index: Literal["flat", "ivf", "hnsw"] = _f(
+        "flat", "FAISS index of the ICL corpus: exact inner product, or IVF/HNSW past ~1e5 prompts "
+        "(benchmarks/RESULTS.md). [I]")
     use_gpu: Literal["auto", "never", "always"] = _f(
-        "auto", "Put the FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]")
+        "auto", "Put the ICL corpus's FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]")
 
     def __post_init__(self) -> None:
         self._check_fields()

@@ -1,8 +1,11 @@
 """ICL seeding corpus (XRPO §2.3): verified successes of training prompts, top-K retrieval, rendering.
 
-Pure numpy. `embedder` is anything with `encode(list[str]) -> (N, d)` L2-normalised rows
+No verl. `embedder` is anything with `encode(list[str]) -> (N, d)` L2-normalised rows
 (`embeddings.Embedder` in training, a small fake in unit tests). The prompt text is embedded once,
-when its prompt id first enters the corpus.
+when its prompt id first enters the corpus. Retrieval searches a FAISS index of those embeddings
+(`embeddings.VectorIndex`: exact by default, on GPU when there is one), synced lazily: new rows are
+added at the next retrieval, and an IVF index is retrained from all rows whenever the corpus has
+doubled since its last training (trained on the first few prompts, its lists would never fit).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex
 from xrpo_verl.novelty import check_unit_rows
 
 KeepPolicy = Literal["recent", "shortest"]
@@ -46,18 +50,24 @@ class ICLCorpus:
         embedder: object with `encode(list[str]) -> (N, d)` L2-normalised float array.
         per_prompt: m, successes kept per prompt id.
         keep: "recent" keeps the m latest (by step, then insertion), "shortest" the m shortest.
+        index: FAISS index kind for retrieval ("flat" is exact; "ivf"/"hnsw" for huge corpora).
+        use_gpu: where the index lives (`embeddings.VectorIndex`).
     """
 
-    def __init__(self, embedder: TextEncoder, *, per_prompt: int = 1, keep: KeepPolicy = "recent") -> None:
+    def __init__(self, embedder: TextEncoder, *, per_prompt: int = 1, keep: KeepPolicy = "recent",
+                 index: IndexKind = "flat", use_gpu: GpuPolicy = "auto") -> None:
         if int(per_prompt) != per_prompt or per_prompt < 1:
             raise ValueError(f"per_prompt = {per_prompt!r} must be an integer >= 1")
         if keep not in _KEEP:
             raise ValueError(f"keep = {keep!r} is not supported; choose one of {list(_KEEP)}")
         self.embedder, self.per_prompt, self.keep = embedder, int(per_prompt), keep
+        self.index_kind, self.use_gpu = index, use_gpu
         self._examples: dict[str, list[ICLExample]] = {}  # best first
         self._ids: list[str] = []  # row order of self._emb
         self._row: dict[str, int] = {}
         self._emb = np.zeros((0, 0), dtype=np.float32)
+        self._index: VectorIndex | None = None  # rows [0, _indexed) are in it
+        self._indexed = self._trained_on = 0
 
     def __len__(self) -> int:
         """Number of prompt ids in the corpus."""
@@ -120,16 +130,24 @@ class ICLCorpus:
         if not self._ids or not prompt_ids:
             return [[] for _ in prompt_ids]
         q = self._encode(list(prompt_texts))
-        sims = q @ self._emb.T  # (Q, N)
+        sims, rows = self._synced_index().search(q, min(k + 1, len(self._ids)))  # +1: the query may be in it
         out = []
-        for qi, pid in enumerate(prompt_ids):
-            s = sims[qi].copy()
-            if pid in self._row:
-                s[self._row[pid]] = -np.inf  # never the query prompt itself
-            order = np.argsort(-s, kind="stable")[:k]
-            out.append([_with_sim(self._examples[self._ids[j]][0], float(s[j])) for j in order
-                        if s[j] >= min_similarity])
+        for pid, s_q, rows_q in zip(prompt_ids, sims, rows):
+            own = self._row.get(pid, -1)
+            hits = [(int(j), float(sim)) for j, sim in zip(rows_q, s_q) if j >= 0 and j != own and sim >= min_similarity]
+            out.append([_with_sim(self._examples[self._ids[j]][0], sim) for j, sim in hits[:k]])
         return out
+
+    def _synced_index(self) -> VectorIndex:
+        """The FAISS index over every row: new rows added, IVF retrained once the corpus doubled."""
+        n = len(self._ids)
+        if self._index is None or (self.index_kind == "ivf" and n >= 2 * self._trained_on):
+            self._index = VectorIndex(self._emb.shape[1], kind=self.index_kind, use_gpu=self.use_gpu)
+            self._indexed, self._trained_on = 0, n
+        if self._indexed < n:
+            self._index.add(self._emb[self._indexed:], np.arange(self._indexed, n))
+            self._indexed = n
+        return self._index
 
     def state_dict(self) -> dict[str, Any]:
         return {"per_prompt": self.per_prompt, "keep": self.keep, "ids": list(self._ids),
@@ -144,6 +162,7 @@ class ICLCorpus:
         self._row = {pid: i for i, pid in enumerate(self._ids)}
         self._emb = np.asarray(d["embeddings"], dtype=np.float32)
         self._examples = {pid: [ICLExample(**e) for e in exs] for pid, exs in d["examples"].items()}
+        self._index, self._indexed, self._trained_on = None, 0, 0  # rebuilt at the next retrieval
 
 
 def _with_sim(ex: ICLExample, sim: float) -> ICLExample:

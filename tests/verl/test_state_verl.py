@@ -72,3 +72,16 @@ def test_missing_or_mismatched_state_is_an_error(tmp_path):
     off.save(str(tmp_path / "global_step_1"))  # saved without the variance EMA (after_norm)
     with pytest.raises(ValueError, match="reward_var"):
         a.load(str(tmp_path / "global_step_1"))
+
+
+def test_embedder_index_settings_reach_the_icl_corpus():
+    xrpo = XRPOConfig.from_dict({"embedder": {"index": "hnsw", "use_gpu": "never"}})
+    s = PluginSettings(xrpo=xrpo, extra=ExTraConfig(), adv_estimator="xrpo", norm_adv_by_std=True, rollout_n=16)
+    state = PluginState(s, embedder_factory=lambda cfg: HashEncoder())
+    assert (state.corpus.index_kind, state.corpus.use_gpu) == ("hnsw", "never")
+    import faiss
+
+    for i in range(5):
+        state.corpus.add(f"p{i}", f"What is {i}+{i}?", str(2 * i), step=0, num_tokens=1)
+    built = faiss.downcast_index(state.corpus._synced_index()._index.index)  # inside the id map
+    assert isinstance(built, faiss.IndexHNSWFlat)

@@ -57,7 +57,7 @@ class PluginState:
             from xrpo_verl.icl import ICLCorpus
 
             self.corpus = ICLCorpus(_LazyEmbedder(self.icl_embedder), per_prompt=s.xrpo.icl.per_prompt,
-                                    keep=s.xrpo.icl.keep)
+                                    keep=s.xrpo.icl.keep, index=s.xrpo.embedder.index, use_gpu=s.xrpo.embedder.use_gpu)
         if s.use_novelty:
             from xrpo_verl.novelty import NoveltyMemory
 
