@@ -69,7 +69,8 @@ class RunResult:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     memory_mb: float = 0.0
-    """Peak resident set size in MiB (ru_maxrss)."""
+    """Peak memory in MiB: under bwrap the growth of the slot's memory cgroup during the run (memory
+    it allocated or newly cached), under Docker ru_maxrss (at least the runner's own few MiB)."""
     message: str = ""
     """Why a sandbox error happened; empty otherwise."""
 
