@@ -57,7 +57,7 @@ def run_one(method: str, seed: int, args) -> Path:
     train = arith.write_parquet(data / "train.parquet", 2048, seed=11, split="train")
     val = arith.write_parquet(data / "val.parquet", args.val_problems, seed=12, split="test")
     run = CpuRun(str(model), str(train), str(val), str(out), steps=args.steps, prompts_per_step=args.prompts,
-                 n=args.n)
+                 n=args.n, lr=args.lr)
     extra = [f"trainer.test_freq={args.val_every}", "trainer.val_before_train=True", f"data.seed={seed}",
              f"actor_rollout_ref.rollout.val_kwargs.n={args.k}", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
              "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"]
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--n", type=int, default=8, help="rollouts per prompt (n_avg for XRPO): the equal budget")
     p.add_argument("--k", type=int, default=8, help="validation samples per problem (pass@k)")
+    p.add_argument("--lr", type=float, default=1e-4, help="actor learning rate (CpuRun's default)")
     p.add_argument("--val-every", type=int, default=5)
     p.add_argument("--val-problems", type=int, default=64)
     p.add_argument("--target", type=float, default=0.5, help="validation accuracy that counts as converged")
@@ -135,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no finished runs under {args.out}", file=sys.stderr)
         return 1
     out = Path(args.out)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    settings = {k: v for k, v in vars(args).items() if k not in ("report_only", "out")}
+    (out / "summary.json").write_text(json.dumps({"settings": settings, "methods": summary}, indent=1))
     plot(summary, args, out / "convergence.png")
     for method, s in summary.items():
         print(f"{method:12s} seeds={s['seeds']} steps_to_{args.target}={s['steps_to_target']} "

@@ -1,23 +1,23 @@
 """Run one process with a wall clock, an output cap and rusage; also the in-sandbox batch runner.
 
-Standard library only: this file runs inside the sandbox as `python3 -I runner.py BATCH.json`
+Standard library only: this file runs inside the sandbox as `python3 -I -S runner.py BATCH`
 (copied into the Docker image, bind-mounted read-only under bwrap) and runs a submission's tests
 back to back; the bwrap backend also imports `run_capped` on the host for single runs.
 """
 from __future__ import annotations
 
-import base64
-import json
+import binascii
+import marshal
 import math
 import os
 import resource
-import selectors
-import shutil
-import signal
-import subprocess
+import select
 import sys
 import time
 
+# Only modules that import in well under a millisecond: the runner starts once per submission
+# inside the sandbox, and json, signal, shutil, selectors or subprocess would add ~30 ms to it.
+SIGKILL = 9  # Linux
 STDERR_CAP = 64 << 10  # stderr is only kept for messages; it never causes OLE
 
 
@@ -48,50 +48,113 @@ def set_rlimits(items: list[tuple[int, int]]) -> None:
 
 def _kill_group(pid: int) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None, cwd=None, env=None, pass_fds=(), preexec_fn=None):
+def _popen(argv, cwd, env, preexec_fn, user, pass_fds, stdio):
+    """Start argv through subprocess (thread-safe: the host judges from many threads)."""
+    import subprocess  # not at the top: the in-sandbox runner never needs it (~14 ms to import)
+
+    ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+    p = subprocess.Popen(argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], cwd=cwd, env=env,
+                         start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn, **ids)
+    p.returncode = 0  # we reap it with wait4; keep Popen from ever waiting on it
+    return p.pid
+
+
+def _fork_exec(argv, cwd, env, preexec_fn, stdio) -> int:
+    """fork + execve, for the single-threaded batch runner: no subprocess import, no Popen per test.
+    An exec failure comes back through a close-on-exec pipe as OSError, like Popen's."""
+    exe = argv[0] if "/" in argv[0] else _which(argv[0], (env or os.environ).get("PATH", os.defpath))
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            for target, fd in enumerate(stdio):
+                os.dup2(fd, target)
+            os.closerange(3, err_w)
+            os.closerange(err_w + 1, 1 << 16)
+            if cwd:
+                os.chdir(cwd)
+            if preexec_fn is not None:
+                preexec_fn()
+            os.execve(exe or argv[0], argv, env if env is not None else os.environ)
+        except BaseException as e:  # noqa: BLE001 - anything here must end the child
+            os.write(err_w, f"{getattr(e, 'errno', 0) or 0}:{e}".encode()[:1000])
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    with os.fdopen(err_r, "rb") as f:
+        failure = f.read()
+    if failure:
+        os.waitpid(pid, 0)
+        code, _, msg = failure.decode(errors="replace").partition(":")
+        raise OSError(int(code) if code.isdigit() else 0, f"cannot run {argv[0]!r}: {msg}")
+    return pid
+
+
+def _which(name: str, path: str) -> str | None:
+    for d in path.split(os.pathsep):
+        exe = os.path.join(d, name)
+        if os.path.isfile(exe) and os.access(exe, os.X_OK):
+            return exe
+    return None
+
+
+def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None, cwd=None, env=None, pass_fds=(),
+               preexec_fn=None, fork: bool = False):
     """Run argv in a new session; kill its group on the wall clock or when stdout passes max_output.
 
     preexec_fn runs in the child before exec, after it switched to `user` (rlimits, cgroup join).
+    fork=True starts it with a bare fork+exec (single-threaded callers only; no user or pass_fds).
 
     Returns a dict with the RunResult fields (stdout/stderr as bytes).
     """
     t0 = time.monotonic()
-    ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
-    p = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
-        start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn, **ids,
-    )
-    pidfd = os.pidfd_open(p.pid)
-    sel = selectors.DefaultSelector()
-    out, err, sizes = [], [], {1: 0, 2: 0}
-    for f in (p.stdout, p.stderr):
-        os.set_blocking(f.fileno(), False)
-        sel.register(f.fileno(), selectors.EVENT_READ)
-    sel.register(pidfd, selectors.EVENT_READ)
-    view, stdin_fd = memoryview(stdin), p.stdin.fileno()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        if fork:
+            pid = _fork_exec(argv, cwd, env, preexec_fn, (in_r, out_w, err_w))
+        else:
+            pid = _popen(argv, cwd, env, preexec_fn, user, pass_fds, (in_r, out_w, err_w))
+    except BaseException:
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    poll = select.poll()
+    chunks, sizes = {out_r: [], err_r: []}, {out_r: 0, err_r: 0}
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+        poll.register(fd, select.POLLIN)
+    poll.register(pidfd, select.POLLIN)
+    view = memoryview(stdin)
     if view:
-        os.set_blocking(stdin_fd, False)
-        sel.register(stdin_fd, selectors.EVENT_WRITE)
+        os.set_blocking(in_w, False)
+        poll.register(in_w, select.POLLOUT)
     else:
-        p.stdin.close()
+        os.close(in_w)
+        in_w = -1
     timed_out = output_limit = exited = False
     deadline = t0 + wall_s
     try:
-        while not exited:
+        while not exited and not output_limit:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
                 break
-            for key, _ in sel.select(left):
-                fd = key.fd
+            for fd, _ in poll.poll(max(1, math.ceil(left * 1000))):
                 if fd == pidfd:
                     exited = True
-                elif fd == stdin_fd:
+                elif fd == in_w:
                     try:
                         view = view[os.write(fd, view[: 1 << 16]) :]
                     except BlockingIOError:
@@ -99,33 +162,29 @@ def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None,
                     except BrokenPipeError:
                         view = view[:0]
                     if not view:
-                        sel.unregister(fd)
-                        p.stdin.close()
+                        poll.unregister(fd)
+                        os.close(fd)
+                        in_w = -1
                 else:
-                    n = _read(fd, p, out, err, sizes)
-                    if n < 0:
-                        sel.unregister(fd)  # EOF; the pidfd tells us when it exits
-                    elif sizes[1] > max_output:
+                    if _read(fd, chunks, sizes, fd == err_r) < 0:
+                        poll.unregister(fd)  # EOF; the pidfd tells us when it exits
+                    elif sizes[out_r] > max_output:
                         output_limit = True
                         break
-            if output_limit:
-                break
         wall = time.monotonic() - t0
         if exited:  # drain what the process wrote before it exited
-            for f in (p.stdout, p.stderr):
-                while not output_limit and _read(f.fileno(), p, out, err, sizes) > 0:
-                    output_limit = sizes[1] > max_output
+            for fd in (out_r, err_r):
+                while not output_limit and _read(fd, chunks, sizes, fd == err_r) > 0:
+                    output_limit = sizes[out_r] > max_output
     finally:
-        _kill_group(p.pid)
-        _, status, ru = os.wait4(p.pid, 0)
-        p.returncode = 0  # reaped by wait4; keep Popen from waiting again
-        sel.close()
-        os.close(pidfd)
-        for f in (p.stdin, p.stdout, p.stderr):
-            if not f.closed:
-                f.close()
+        _kill_group(pid)
+        _, status, ru = os.wait4(pid, 0)
+        for fd in (pidfd, in_w, out_r, err_r):
+            if fd >= 0:
+                os.close(fd)
     result = {
-        "exit_code": None, "signal": None, "stdout": b"".join(out)[:max_output], "stderr": b"".join(err)[:STDERR_CAP],
+        "exit_code": None, "signal": None, "stdout": b"".join(chunks[out_r])[:max_output],
+        "stderr": b"".join(chunks[err_r])[:STDERR_CAP],
         "cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "memory_mb": ru.ru_maxrss / 1024.0, "message": "",
     }
     if os.WIFSIGNALED(status):
@@ -143,7 +202,7 @@ def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None,
     return result
 
 
-def _read(fd: int, p, out: list, err: list, sizes: dict) -> int:
+def _read(fd: int, chunks: dict, sizes: dict, is_stderr: bool) -> int:
     """Read one chunk: its size, 0 when nothing is ready, -1 at EOF."""
     try:
         data = os.read(fd, 1 << 16)
@@ -151,12 +210,10 @@ def _read(fd: int, p, out: list, err: list, sizes: dict) -> int:
         return 0
     if not data:
         return -1
-    is_out = fd == p.stdout.fileno()
-    key = 1 if is_out else 2
-    if key == 2 and sizes[2] >= STDERR_CAP:
+    if is_stderr and sizes[fd] >= STDERR_CAP:
         return len(data)  # keep draining stderr, discard the rest
-    sizes[key] += len(data)
-    (out if is_out else err).append(data)
+    sizes[fd] += len(data)
+    chunks[fd].append(data)
     return len(data)
 
 
@@ -185,7 +242,7 @@ def _reset(dirs=(WORK, "/tmp")) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:  # killed processes die asynchronously; wait for them
         try:
-            os.kill(-1, signal.SIGKILL)  # never reaches pid 1 (Docker's init, or us under bwrap)
+            os.kill(-1, SIGKILL)  # never reaches pid 1 (Docker's init, or us under bwrap)
         except ProcessLookupError:
             pass
         _reap_orphans()
@@ -193,12 +250,12 @@ def _reset(dirs=(WORK, "/tmp")) -> None:
             break
         time.sleep(0.005)
     for d in dirs:
-        for name in os.listdir(d):
-            path = os.path.join(d, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+        for root, subdirs, files in os.walk(d, topdown=False):  # never follows links
+            for name in files:
+                os.unlink(os.path.join(root, name))
+            for name in subdirs:
+                path = os.path.join(root, name)
+                os.unlink(path) if os.path.islink(path) else os.rmdir(path)
 
 
 def _reap_orphans() -> None:
@@ -223,7 +280,32 @@ def _write_files(files: dict, job: str) -> None:
             os.unlink(dst)
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
         with open(os.path.join(job, src), "rb") as f, os.fdopen(fd, "wb") as g:
-            shutil.copyfileobj(f, g)
+            while chunk := f.read(1 << 20):
+                g.write(chunk)
+
+
+def write_batch(path: str, batch: dict) -> None:
+    """The host's side: a batch for `main` (plain dicts, lists, str, numbers, None)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        marshal.dump(batch, f, 4)  # version 4 (Python >= 3.4) for plain types: any host reads the same
+
+
+_JSON_SAFE = str.maketrans({**{i: " " for i in range(32)}, '"': "'", "\\": "/"})
+
+
+def _say(msg: dict) -> None:
+    """One JSON line to the host, written without the json module: the values are ints, finite
+    floats, None and strings (statuses, base64, messages, which lose quotes and control characters)."""
+    def enc(v):
+        if v is None:
+            return "null"
+        if isinstance(v, str):
+            return '"' + v.translate(_JSON_SAFE) + '"'
+        return repr(v)
+
+    sys.stdout.write("{" + ", ".join(f'"{k}": {enc(v)}' for k, v in msg.items()) + "}\n")
+    sys.stdout.flush()
 
 
 def main(batch_path: str) -> int:
@@ -232,13 +314,13 @@ def main(batch_path: str) -> int:
     host resets its memory counter there."""
     _undumpable()
     job = os.path.dirname(batch_path)
-    with open(batch_path) as f:
-        batch = json.load(f)
+    with open(batch_path, "rb") as f:
+        batch = marshal.load(f)  # written by the host (write_batch), read-only to the programs
     if batch.get("reset"):
         _reset()
     env = batch.get("env") or _DEFAULT_ENV
     for i, step in enumerate(batch["steps"]):
-        print(json.dumps({"begin": i}), flush=True)
+        _say({"begin": i})
         if batch.get("sync") and not sys.stdin.readline():
             return 1  # the host went away
         _write_files(step.get("files", {}), job)
@@ -248,14 +330,18 @@ def main(batch_path: str) -> int:
                 stdin = f.read()
         lim = step["limits"]
         limits = list(rlimits(lim).items())
-        r = run_capped(step["argv"], stdin, lim["wall_s"], lim["max_output_bytes"], cwd=WORK, env=env,
-                       preexec_fn=lambda: set_rlimits(limits))
+        try:
+            r = run_capped(step["argv"], stdin, lim["wall_s"], lim["max_output_bytes"], cwd=WORK, env=env,
+                           preexec_fn=lambda: set_rlimits(limits), fork=True)
+        except OSError as e:  # the program cannot start (as a shell's 127)
+            r = {"status": "exited", "exit_code": 127, "signal": None, "stdout": b"", "stderr": str(e).encode(),
+                 "cpu_s": 0.0, "wall_s": 0.0, "memory_mb": 0.0, "message": str(e)}
         _reset(dirs=("/tmp",))
         if r["status"] != "ok":
             r["stdout"] = r["stdout"][:4096]  # only a run that exited 0 gets compared
-        r["stdout"] = base64.b64encode(r["stdout"]).decode()
-        r["stderr"] = base64.b64encode(r["stderr"]).decode()
-        print(json.dumps({"result": i, **r}), flush=True)
+        r["stdout"] = binascii.b2a_base64(r["stdout"], newline=False).decode()
+        r["stderr"] = binascii.b2a_base64(r["stderr"], newline=False).decode()
+        _say({"result": i, **r})
         if r["status"] != "ok" and (batch.get("stop_on_failure") or step.get("required")):
             break
     return 0

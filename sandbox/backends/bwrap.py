@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import queue
 import shutil
@@ -368,15 +367,15 @@ class BwrapSession(Session):
                 steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None, "required": spec.required})
             env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
             batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": env}
-            write_file_nofollow(job, "batch.json", json.dumps(batch).encode())
+            runner.write_batch(os.path.join(job, "batch"), batch)
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
         finally:
             shutil.rmtree(job, ignore_errors=True)
 
     def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
-        """Run the runner on job/batch.json. Before each step the host resets the slot's peak
+        """Run the runner on job/batch. Before each step the host resets the slot's peak
         memory, so each test's peak is its own (above what the runner already held)."""
-        command = [PYTHON, "-I", "-S", _RUNNER, f"{_JOB_DIR}/batch.json"]
+        command = [PYTHON, "-I", "-S", _RUNNER, f"{_JOB_DIR}/batch"]
         report, killed, base = RunnerReport(), threading.Event(), None
         r_fd, w_fd = os.pipe()
         with tempfile.TemporaryFile() as err:

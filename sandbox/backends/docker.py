@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import queue
 import shutil
@@ -24,6 +23,7 @@ import threading
 from dataclasses import dataclass
 
 from ..image import IMAGE, RUNNER_PATH, build_image
+from ..runner import write_batch
 from ..verdict import RunResult, RunStatus
 from .base import WORK, Backend, RunnerReport, RunSpec, Session
 from .uids import UidLease, default_lock_dir
@@ -224,10 +224,10 @@ class DockerSession(Session):
                 _write(os.path.join(batch_dir, f"in{i}"), spec.stdin)
             steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None,
                           "required": spec.required})
-        _write(os.path.join(batch_dir, "batch.json"), json.dumps({"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}).encode())
+        write_batch(os.path.join(batch_dir, "batch"), {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh})
         self.w.fresh = False
         try:
-            return self._exec(specs, f"/job/b{self._batches - 1}/batch.json")
+            return self._exec(specs, f"/job/b{self._batches - 1}/batch")
         finally:
             shutil.rmtree(batch_dir, ignore_errors=True)
 

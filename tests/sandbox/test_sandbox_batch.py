@@ -157,3 +157,10 @@ def test_docker_image_ships_compiled_stdlib(docker_backend):
     code = "import importlib.util, json, subprocess\nprint(all(__import__('os').path.exists(importlib.util.cache_from_source(m.__file__)) for m in (json, subprocess)))"
     with docker_backend.session() as s:
         assert s.run(_py(code)).stdout == b"True\n"
+
+
+def test_a_program_that_cannot_start_is_exit_127_not_a_sandbox_error(backend):
+    with backend.session() as s:
+        rs = s.run_many([RunSpec(["/work/missing"], LIM), _py("print('next')")], stop_on_failure=False)
+    assert (rs[0].status, rs[0].exit_code) == (RunStatus.EXITED, 127), rs[0]
+    assert rs[1].stdout == b"next\n"
