@@ -46,7 +46,8 @@ def set_rlimits(items: list[tuple[int, int]]) -> None:
         resource.setrlimit(res, (value, value))
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL a process group that may already be gone."""
     try:
         os.killpg(pid, SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -177,7 +178,7 @@ def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None,
                 while not output_limit and _read(fd, chunks, sizes, fd == err_r) > 0:
                     output_limit = sizes[out_r] > max_output
     finally:
-        _kill_group(pid)
+        kill_group(pid)
         _, status, ru = os.wait4(pid, 0)
         for fd in (pidfd, in_w, out_r, err_r):
             if fd >= 0:
@@ -255,7 +256,10 @@ def _reset(dirs=(WORK, "/tmp")) -> None:
                 os.unlink(os.path.join(root, name))
             for name in subdirs:
                 path = os.path.join(root, name)
-                os.unlink(path) if os.path.islink(path) else os.rmdir(path)
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    os.rmdir(path)
 
 
 def _reap_orphans() -> None:
@@ -273,22 +277,27 @@ def _owner(pid: str) -> int:
         return -1
 
 
+def create_nofollow(path: str, mode: int) -> int:
+    """A new file at path, opened for writing, never through a symlink the programs may have
+    planted there (one in its place is removed first)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+
+
 def _write_files(files: dict, job: str) -> None:
     for name, src in files.items():
-        dst = os.path.join(WORK, name)
-        if os.path.lexists(dst):
-            os.unlink(dst)
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
+        fd = create_nofollow(os.path.join(WORK, name), 0o755)
         with open(os.path.join(job, src), "rb") as f, os.fdopen(fd, "wb") as g:
             while chunk := f.read(1 << 20):
                 g.write(chunk)
 
 
-def write_batch(path: str, batch: dict) -> None:
-    """The host's side: a batch for `main` (plain dicts, lists, str, numbers, None)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        marshal.dump(batch, f, 4)  # version 4 (Python >= 3.4) for plain types: any host reads the same
+def encode_batch(batch: dict) -> bytes:
+    """The host's side: the file `main` reads (plain dicts, lists, str, numbers, None)."""
+    return marshal.dumps(batch, 4)  # version 4 (Python >= 3.4) for plain types: any host reads the same
 
 
 _JSON_SAFE = str.maketrans({**{i: " " for i in range(32)}, '"': "'", "\\": "/"})
@@ -315,7 +324,7 @@ def main(batch_path: str) -> int:
     _undumpable()
     job = os.path.dirname(batch_path)
     with open(batch_path, "rb") as f:
-        batch = marshal.load(f)  # written by the host (write_batch), read-only to the programs
+        batch = marshal.load(f)  # written by the host (encode_batch), read-only to the programs
     if batch.get("reset"):
         _reset()
     env = batch.get("env") or _DEFAULT_ENV

@@ -11,6 +11,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+from ..runner import create_nofollow
 from ..verdict import Limits, RunResult, RunStatus
 
 WORK = "/work"  # the work dir's path inside every sandbox
@@ -85,14 +86,8 @@ class Backend(ABC):
 
 def write_file_nofollow(directory: str, name: str, data: bytes, mode: int = 0o644) -> None:
     """Create directory/name without following a symlink the sandboxed code may have planted there."""
-    path = os.path.join(directory, name)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "wb") as f:
+    with os.fdopen(create_nofollow(os.path.join(directory, name), mode), "wb") as f:
         f.write(data)
-
-
 
 
 class RunnerReport:

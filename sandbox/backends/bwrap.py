@@ -16,7 +16,6 @@ import os
 import queue
 import shutil
 import signal
-import signal
 import subprocess
 import tempfile
 import threading
@@ -34,6 +33,7 @@ _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max
 _RUNNER = "/xrpo/runner.py"  # the batch runner, read-only, inside the sandbox
 _JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sandbox
 _BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
+_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a sandboxed program sees
 
 
 @dataclass
@@ -291,7 +291,7 @@ class BwrapSession(Session):
         argv += [
             "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
             "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+            "--clearenv", *(a for k, v in _ENV.items() for a in ("--setenv", k, v)),
             # bwrap writes {"exit-code": n} here only when its setup finished and exec succeeded:
             # without it the failure is ours (SE). The program does not inherit this fd.
             "--json-status-fd", str(status_fd),
@@ -365,9 +365,8 @@ class BwrapSession(Session):
                 lim = spec.limits.to_dict()
                 lim["max_processes"] += _BATCH_PROCS
                 steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None, "required": spec.required})
-            env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
-            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": env}
-            runner.write_batch(os.path.join(job, "batch"), batch)
+            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV}
+            write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
         finally:
             shutil.rmtree(job, ignore_errors=True)
@@ -393,8 +392,7 @@ class BwrapSession(Session):
 
             def watchdog() -> None:  # the runner enforces each wall clock; this catches the runner itself
                 killed.set()
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
+                runner.kill_group(p.pid)
 
             timer = threading.Timer(outer.wall_s, watchdog)
             timer.start()
@@ -422,8 +420,7 @@ class BwrapSession(Session):
                 try:  # the runner exited: let bwrap reap it (killed first, bwrap would leave it a zombie)
                     p.wait(timeout=5 if ended else 0)
                 except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(p.pid, signal.SIGKILL)
+                    runner.kill_group(p.pid)
                     p.wait()
                 for f in (p.stdin, p.stdout):
                     with contextlib.suppress(BrokenPipeError):

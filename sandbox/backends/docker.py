@@ -23,9 +23,9 @@ import threading
 from dataclasses import dataclass
 
 from ..image import IMAGE, RUNNER_PATH, build_image
-from ..runner import write_batch
+from ..runner import encode_batch
 from ..verdict import RunResult, RunStatus
-from .base import WORK, Backend, RunnerReport, RunSpec, Session
+from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
 from .uids import UidLease, default_lock_dir
 
 LABEL = "xrpo.sandbox"
@@ -218,13 +218,14 @@ class DockerSession(Session):
         for i, spec in enumerate(specs):
             files = {}
             for j, (name, data) in enumerate(spec.files.items()):
-                _write(os.path.join(batch_dir, f"f{i}_{j}"), data)
+                write_file_nofollow(batch_dir, f"f{i}_{j}", data)
                 files[name] = f"f{i}_{j}"
             if spec.stdin:
-                _write(os.path.join(batch_dir, f"in{i}"), spec.stdin)
+                write_file_nofollow(batch_dir, f"in{i}", spec.stdin)
             steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None,
                           "required": spec.required})
-        write_batch(os.path.join(batch_dir, "batch"), {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh})
+        batch = {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}
+        write_file_nofollow(batch_dir, "batch", encode_batch(batch))
         self.w.fresh = False
         try:
             return self._exec(specs, f"/job/b{self._batches - 1}/batch")
@@ -300,9 +301,3 @@ def _touch(path: str) -> None:
         pass
     os.utime(path)
     os.chmod(path, 0o644)
-
-
-def _write(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
