@@ -9,7 +9,7 @@ RUNENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
           RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test lint format bench clean
 
 setup: $(STAMP)
 
@@ -28,6 +28,14 @@ demo: setup
 
 test: setup
 	$(RUNENV) $(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 bench: setup
 	$(RUNENV) $(PY) -m pytest benchmarks --benchmark-only $(PYTEST_ARGS)

@@ -35,8 +35,13 @@ def val_curve(metrics_path: Path) -> list[tuple[int, float, float | None]]:
         if acc is None:
             continue
         passes = {int(VAL_PASS.match(k).group(1)): v for k, v in data.items() if VAL_PASS.match(k)}
-        curve.append((int(rec.get("step", data.get("training/global_step", len(curve)))), float(acc),
-                      passes[max(passes)] if passes else None))
+        curve.append(
+            (
+                int(rec.get("step", data.get("training/global_step", len(curve)))),
+                float(acc),
+                passes[max(passes)] if passes else None,
+            )
+        )
     return curve
 
 
@@ -56,11 +61,24 @@ def run_one(method: str, seed: int, args) -> Path:
     data = Path(args.out) / "data"
     train = arith.write_parquet(data / "train.parquet", 2048, seed=11, split="train")
     val = arith.write_parquet(data / "val.parquet", args.val_problems, seed=12, split="test")
-    run = CpuRun(str(model), str(train), str(val), str(out), steps=args.steps, prompts_per_step=args.prompts,
-                 n=args.n, lr=args.lr)
-    extra = [f"trainer.test_freq={args.val_every}", "trainer.val_before_train=True", f"data.seed={seed}",
-             f"actor_rollout_ref.rollout.val_kwargs.n={args.k}", "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-             "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"]
+    run = CpuRun(
+        str(model),
+        str(train),
+        str(val),
+        str(out),
+        steps=args.steps,
+        prompts_per_step=args.prompts,
+        n=args.n,
+        lr=args.lr,
+    )
+    extra = [
+        f"trainer.test_freq={args.val_every}",
+        "trainer.val_before_train=True",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={args.k}",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+    ]
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
     if result.returncode != 0:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
@@ -71,8 +89,11 @@ def run_one(method: str, seed: int, args) -> Path:
 def summarize(args) -> dict:
     summary = {}
     for method in args.methods:
-        curves = [val_curve(p / "metrics.jsonl") for p in sorted((Path(args.out) / method).glob("seed*"))
-                  if (p / "done.json").exists()]
+        curves = [
+            val_curve(p / "metrics.jsonl")
+            for p in sorted((Path(args.out) / method).glob("seed*"))
+            if (p / "done.json").exists()
+        ]
         if not curves:
             continue
         reach = [steps_to_target(c, args.target) for c in curves]
@@ -80,8 +101,9 @@ def summarize(args) -> dict:
         summary[method] = {
             "seeds": len(curves),
             "steps_to_target": reach,
-            "median_steps_to_target": float(np.median([r for r in reach if r is not None])) if any(
-                r is not None for r in reach) else None,
+            "median_steps_to_target": float(np.median([r for r in reach if r is not None]))
+            if any(r is not None for r in reach)
+            else None,
             "final_acc": [c[-1][1] for c in curves],
             f"final_pass@{args.k}": float(np.mean(finals)) if finals else None,
             "curves": curves,
@@ -112,8 +134,9 @@ def plot(summary: dict, args, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--methods", nargs="+", default=["grpo", "xrpo", "extra", "xrpo_extra"],
-                   help="recipes/cpu/<method>.yaml names")
+    p.add_argument(
+        "--methods", nargs="+", default=["grpo", "xrpo", "extra", "xrpo_extra"], help="recipes/cpu/<method>.yaml names"
+    )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
@@ -140,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "summary.json").write_text(json.dumps({"settings": settings, "methods": summary}, indent=1))
     plot(summary, args, out / "convergence.png")
     for method, s in summary.items():
-        print(f"{method:12s} seeds={s['seeds']} steps_to_{args.target}={s['steps_to_target']} "
-              f"final_pass@{args.k}={s[f'final_pass@{args.k}']}")
+        print(
+            f"{method:12s} seeds={s['seeds']} steps_to_{args.target}={s['steps_to_target']} "
+            f"final_pass@{args.k}={s[f'final_pass@{args.k}']}"
+        )
     return 0
 
 

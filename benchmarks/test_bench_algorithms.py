@@ -219,4 +219,5 @@ def test_bench_faiss_search(benchmark, kind, size):
         truth = _BASE.get(f"flat_ids{size}")
         if truth is not None:
             benchmark.extra_info["recall_at_16"] = round(
-                float(np.mean([len(set(a) & set(b)) / 16 for a, b in zip(got, truth)])), 3)
+                float(np.mean([len(set(a) & set(b)) / 16 for a, b in zip(got, truth)])), 3
+            )

@@ -49,7 +49,9 @@ def trl_step_times(model_dir, out_dir) -> list[float]:
     )
 
     def reward(completions, answer, **kwargs):
-        return [arith.compute_score(arith.DATA_SOURCE, c[0]["content"], a)["score"] for c, a in zip(completions, answer)]
+        return [
+            arith.compute_score(arith.DATA_SOURCE, c[0]["content"], a)["score"] for c, a in zip(completions, answer)
+        ]
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -95,8 +97,15 @@ def verl_step_times(model_dir, out_dir) -> list[float]:
     train = arith.write_parquet(out_dir / "train.parquet", 256, seed=11, split="train")
     val = arith.write_parquet(out_dir / "val.parquet", 16, seed=12, split="test")
     run = launch.CpuRun(
-        str(model_dir), str(train), str(val), str(out_dir / "run"), steps=STEPS, prompts_per_step=PROMPTS,
-        n=GENERATIONS, max_response_length=MAX_NEW, lr=LR,
+        str(model_dir),
+        str(train),
+        str(val),
+        str(out_dir / "run"),
+        steps=STEPS,
+        prompts_per_step=PROMPTS,
+        n=GENERATIONS,
+        max_response_length=MAX_NEW,
+        lr=LR,
     )
     extra = ["algorithm.rollout_correction.bypass_mode=True"] if BYPASS else []
     result = launch.launch(run, "grpo", extra, timeout_s=900)

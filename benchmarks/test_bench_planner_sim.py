@@ -19,11 +19,17 @@ _BASE: dict[str, float] = {}
 
 
 def test_bench_planner_sim_quality(benchmark):
-    runs = benchmark.pedantic(lambda: [compare(SimConfig(**{**SIM.__dict__, "seed": s}), POOL) for s in SEEDS],
-                              rounds=1, iterations=1)
+    runs = benchmark.pedantic(
+        lambda: [compare(SimConfig(**{**SIM.__dict__, "seed": s}), POOL) for s in SEEDS], rounds=1, iterations=1
+    )
     for strategy in STRATEGIES:
-        for key in ("informative_share", "pass_rate_rmse", "share_ratio_vs_uniform", "rmse_ratio_vs_uniform",
-                    "cost_ratio_vs_uniform"):
+        for key in (
+            "informative_share",
+            "pass_rate_rmse",
+            "share_ratio_vs_uniform",
+            "rmse_ratio_vs_uniform",
+            "cost_ratio_vs_uniform",
+        ):
             vals = np.array([r[strategy][key] for r in runs])
             benchmark.extra_info[f"{strategy}.{key}"] = f"{vals.mean():.4f} +- {vals.std():.4f}"
     for k, v in benchmark.extra_info.items():

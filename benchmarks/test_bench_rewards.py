@@ -61,7 +61,10 @@ def math_items():
 def _plain_math(items):
     from math_verify import parse, verify
 
-    return [verify(parse(f"${g}$", parsing_timeout=None), parse(r, parsing_timeout=None), timeout_seconds=None) for r, g, _ in items]
+    return [
+        verify(parse(f"${g}$", parsing_timeout=None), parse(r, parsing_timeout=None), timeout_seconds=None)
+        for r, g, _ in items
+    ]
 
 
 def test_bench_math_plain_loop_baseline(benchmark, math_items):
@@ -83,7 +86,9 @@ def test_bench_math_scorer_sequential(benchmark, math_items):
 def test_bench_math_scorer_threaded(benchmark, math_items):
     def run():
         with ThreadPoolExecutor(WORKERS) as pool:
-            return list(pool.map(lambda it: math_score("math/bench", it[0], it[1], None, MATH_CONFIG)["score"], math_items))
+            return list(
+                pool.map(lambda it: math_score("math/bench", it[0], it[1], None, MATH_CONFIG)["score"], math_items)
+            )
 
     results = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
     assert results == [float(c) for _, _, c in math_items]

@@ -7,6 +7,7 @@ Every ratio pairs each timed round with a bare round of the same size measured j
 so both see the same load on a shared machine; the median of the per-round ratios is stored in
 the benchmark's extra_info (`make bench` prints it, `--benchmark-json` keeps it).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -102,8 +103,14 @@ def test_bench_docker_single_exec(benchmark, docker_be):
         _paired(benchmark, lambda: s.run(_spec()), 1)
 
 
-PROBLEM = {"id": "a-plus-b", "judge": "livecodebench", "kind": "stdio", "time_limit_s": 2, "memory_mb": 256,
-           "tests": [{"input": "1 2\n", "output": "3"}] * BATCH}
+PROBLEM = {
+    "id": "a-plus-b",
+    "judge": "livecodebench",
+    "kind": "stdio",
+    "time_limit_s": 2,
+    "memory_mb": 256,
+    "tests": [{"input": "1 2\n", "output": "3"}] * BATCH,
+}
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
@@ -132,6 +139,7 @@ def _rate(run_one, workers: int, n: int) -> float:
 def test_bench_bwrap_throughput(benchmark, bwrap, workers):
     """Tests per second with `workers` concurrent submissions of BATCH tests, against bare
     python3 runs from as many threads; scaling is the 2-worker rate over the 1-worker one."""
+
     def submission():
         with bwrap.session() as s:
             _submission(s)

@@ -74,8 +74,12 @@ def available_models() -> list[str]:
 
 def available_recipes() -> list[str]:
     """Every launchable recipe (`<family>/<method>`); files starting with `_` are shared bases."""
-    return sorted(f"{p.parent.name}/{p.stem}" for fam in ("math", "code")
-                  for p in (RECIPE_ROOT / fam).glob("*.yaml") if not p.stem.startswith("_"))
+    return sorted(
+        f"{p.parent.name}/{p.stem}"
+        for fam in ("math", "code")
+        for p in (RECIPE_ROOT / fam).glob("*.yaml")
+        if not p.stem.startswith("_")
+    )
 
 
 def substitute(text: str, env: dict[str, str], where: str, depth: int = 0) -> str:
@@ -86,8 +90,10 @@ def substitute(text: str, env: dict[str, str], where: str, depth: int = 0) -> st
 
     def repl(m: re.Match) -> str:
         if m.group(1) not in env:
-            raise ValueError(f"{where}: placeholder ${{{m.group(1)}}} has no value; set it in the environment "
-                             f"or in an `env:` block (known: {sorted(env)})")
+            raise ValueError(
+                f"{where}: placeholder ${{{m.group(1)}}} has no value; set it in the environment "
+                f"or in an `env:` block (known: {sorted(env)})"
+            )
         return substitute(str(env[m.group(1)]), env, where, depth + 1)
 
     return _PLACEHOLDER.sub(repl, text)
@@ -120,8 +126,15 @@ def resolve(recipe: str, model: str, extra: list[str] = (), environ: dict[str, s
     overrides = [substitute(o, env, where) for where, o in raw] + list(extra)
     for o in overrides:
         check_override(o)
-    return {"recipe": recipe, "model": model, "config_name": config_name, "config_dir": config_dir(config_name),
-            "overrides": overrides, "hardware": substitute(hardware, env, f"{model}.yaml"), "env": env}
+    return {
+        "recipe": recipe,
+        "model": model,
+        "config_name": config_name,
+        "config_dir": config_dir(config_name),
+        "overrides": overrides,
+        "hardware": substitute(hardware, env, f"{model}.yaml"),
+        "env": env,
+    }
 
 
 def check_override(override: str) -> None:
@@ -132,8 +145,10 @@ def check_override(override: str) -> None:
     if key.startswith("+") and not key.startswith("++"):
         bare = key.lstrip("+")
         if not bare.startswith(FREE_FORM_PREFIXES):
-            raise ValueError(f"override {override!r} adds key {bare!r} outside verl's schema; a typo there would "
-                             f"pass unnoticed. Allowed '+' prefixes: {list(FREE_FORM_PREFIXES)}")
+            raise ValueError(
+                f"override {override!r} adds key {bare!r} outside verl's schema; a typo there would "
+                f"pass unnoticed. Allowed '+' prefixes: {list(FREE_FORM_PREFIXES)}"
+            )
 
 
 def config_dir(config_name: str) -> str:
@@ -175,8 +190,10 @@ def validate(cfg) -> None:
 
         validate_trainer_config(cfg)
     elif method:
-        raise ValueError(f"algorithm.{'/'.join(method)} is set but trainer.v1.trainer_mode="
-                         f"{cfg.trainer.v1.trainer_mode!r} ignores it; use config_name: xrpo_trainer")
+        raise ValueError(
+            f"algorithm.{'/'.join(method)} is set but trainer.v1.trainer_mode="
+            f"{cfg.trainer.v1.trainer_mode!r} ignores it; use config_name: xrpo_trainer"
+        )
     if cfg.reward.reward_manager.name == "xrpo":
         from xrpo_verl.rewards.manager import parse_reward_kwargs
 
@@ -185,8 +202,16 @@ def validate(cfg) -> None:
 
 
 def command(resolved: dict) -> list[str]:
-    return [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", resolved["config_dir"],
-            "--config-name", resolved["config_name"], *resolved["overrides"]]
+    return [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        resolved["config_dir"],
+        "--config-name",
+        resolved["config_name"],
+        *resolved["overrides"],
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

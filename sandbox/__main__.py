@@ -1,4 +1,5 @@
 """CLI: `python -m sandbox judge|serve|build-image` (see --help)."""
+
 from __future__ import annotations
 
 import argparse

@@ -4,6 +4,7 @@ the Dockerfile installs, plus a precompiled header and the runner (sandbox.md, s
 The image carries the label IMAGE_LABEL = hash(Dockerfile, runner.py, this file); it is rebuilt only when
 missing or when that hash changed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,7 +57,9 @@ def package_closure(roots: list[str]) -> list[str]:
         if pkg in seen:
             continue
         seen.add(pkg)
-        deps = subprocess.run(["dpkg-query", "-W", "-f=${Depends}, ${Pre-Depends}", pkg], capture_output=True, text=True).stdout
+        deps = subprocess.run(
+            ["dpkg-query", "-W", "-f=${Depends}, ${Pre-Depends}", pkg], capture_output=True, text=True
+        ).stdout
         for group in filter(None, (g.strip() for g in deps.split(","))):
             names = [re.sub(r"[ (:].*", "", alt.strip()) for alt in group.split("|")]
             todo += [n for n in names[:] if n in installed][:1]
@@ -92,7 +95,17 @@ def build_rootfs_tar(out: io.BufferedIOBase, pch_file: str) -> int:
                 info = tarfile.TarInfo(name)
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(f"/{name}")
                 tar.addfile(info)
-        for d, mode in (("tmp", 0o1777), ("work", 0o755), ("job", 0o755), ("proc", 0o755), ("dev", 0o755), ("sys", 0o755), ("pch", 0o755), ("pch/bits", 0o755), ("opt/xrpo", 0o755)):
+        for d, mode in (
+            ("tmp", 0o1777),
+            ("work", 0o755),
+            ("job", 0o755),
+            ("proc", 0o755),
+            ("dev", 0o755),
+            ("sys", 0o755),
+            ("pch", 0o755),
+            ("pch/bits", 0o755),
+            ("opt/xrpo", 0o755),
+        ):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, mode
             tar.addfile(info)
@@ -133,9 +146,11 @@ def build_image(client, force: bool = False) -> str:
         tar_path = os.path.join(tmp, "rootfs.tar")
         with open(tar_path, "wb") as f:
             build_rootfs_tar(f, pch)
-        changes = [f"LABEL {IMAGE_LABEL}={image_hash()}", "WORKDIR /work", 'ENV PATH=/usr/local/bin:/usr/bin:/bin']
+        changes = [f"LABEL {IMAGE_LABEL}={image_hash()}", "WORKDIR /work", "ENV PATH=/usr/local/bin:/usr/bin:/bin"]
         with open(tar_path, "rb") as f:
-            client.api.import_image_from_data(f, repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1], changes=changes)
+            client.api.import_image_from_data(
+                f, repository=IMAGE.split(":")[0], tag=IMAGE.split(":")[1], changes=changes
+            )
     img = find_image(client)
     if img is None:
         raise RuntimeError(f"docker import did not produce {IMAGE} with label {IMAGE_LABEL}={image_hash()}")

@@ -3,6 +3,7 @@
 Commands are templates over a file stem, so a submission (`sol`) and a checker (`checker`)
 can share one work dir.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,11 +43,15 @@ class Language:
 
 
 LANGUAGES = {
-    "python": Language("python", "py", (PYTHON, "-c", _PY_CHECK, "{stem}.py"), (PYTHON, "{stem}.py"), compile_writes=False),
+    "python": Language(
+        "python", "py", (PYTHON, "-c", _PY_CHECK, "{stem}.py"), (PYTHON, "{stem}.py"), compile_writes=False
+    ),
     "cpp": Language("cpp", "cpp", ("g++", *CPP_FLAGS, f"-I{PCH_DIR}", "-o", "{stem}", "{stem}.cpp"), ("./{stem}",)),
 }
 
-COMPILE_LIMITS = Limits(cpu_s=10, wall_s=20, memory_mb=2048, max_processes=32, max_output_bytes=1 << 20, max_file_mb=256)
+COMPILE_LIMITS = Limits(
+    cpu_s=10, wall_s=20, memory_mb=2048, max_processes=32, max_output_bytes=1 << 20, max_file_mb=256
+)
 """Caps for compilers; reaching any of them is CE (e.g. `#include "/dev/random"`, template blow-up)."""
 
 

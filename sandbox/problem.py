@@ -1,4 +1,5 @@
 """The problem format (JSON) and its validation."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class Problem:
     """Checker program for problems with many valid answers (Codeforces only); None: normalised diff."""
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Problem":
+    def from_dict(cls, d: dict) -> Problem:
         """Validate a JSON problem; raise ValueError naming the problem and the bad field."""
         if not isinstance(d, dict):
             raise ValueError(f"problem must be a JSON object, got {type(d).__name__}")
@@ -84,7 +85,9 @@ class Problem:
             memory = int(memory)  # Codeforces data stores MB as floats
         if isinstance(memory, bool) or not isinstance(memory, int) or not 16 <= memory <= 16384:
             raise ValueError(f"{name}: memory_mb must be an integer in [16, 16384], got {memory!r}")
-        return cls(pid, judge, kind, tuple(cases), fn_name, float(time_limit), memory, _checker(name, judge, d.get("checker")))
+        return cls(
+            pid, judge, kind, tuple(cases), fn_name, float(time_limit), memory, _checker(name, judge, d.get("checker"))
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -114,7 +117,7 @@ def _checker(name: str, judge: str, c: object) -> Checker | None:
     return Checker(c["language"], code)
 
 
-def as_problem(problem: "Problem | dict") -> Problem:
+def as_problem(problem: Problem | dict) -> Problem:
     if isinstance(problem, Problem):
         return problem
     return Problem.from_dict(problem)

@@ -4,6 +4,7 @@ Standard library only: this file runs inside the sandbox as `python3 -I -S runne
 (copied into the Docker image, bind-mounted read-only under bwrap) and runs a submission's tests
 back to back; the bwrap backend also imports `run_capped` on the host for single runs.
 """
+
 from __future__ import annotations
 
 import binascii
@@ -59,8 +60,18 @@ def _popen(argv, cwd, env, preexec_fn, user, pass_fds, stdio):
     import subprocess  # not at the top: the in-sandbox runner never needs it (~14 ms to import)
 
     ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
-    p = subprocess.Popen(argv, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], cwd=cwd, env=env,
-                         start_new_session=True, pass_fds=pass_fds, preexec_fn=preexec_fn, **ids)
+    p = subprocess.Popen(
+        argv,
+        stdin=stdio[0],
+        stdout=stdio[1],
+        stderr=stdio[2],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        pass_fds=pass_fds,
+        preexec_fn=preexec_fn,
+        **ids,
+    )
     p.returncode = 0  # we reap it with wait4; keep Popen from ever waiting on it
     return p.pid
 
@@ -105,8 +116,19 @@ def _which(name: str, path: str) -> str | None:
     return None
 
 
-def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None, cwd=None, env=None, pass_fds=(),
-               preexec_fn=None, fork: bool = False):
+def run_capped(
+    argv,
+    stdin: bytes,
+    wall_s: float,
+    max_output: int,
+    *,
+    user=None,
+    cwd=None,
+    env=None,
+    pass_fds=(),
+    preexec_fn=None,
+    fork: bool = False,
+):
     """Run argv in a new session; kill its group on the wall clock or when stdout passes max_output.
 
     preexec_fn runs in the child before exec, after it switched to `user` (rlimits, cgroup join).
@@ -184,9 +206,14 @@ def run_capped(argv, stdin: bytes, wall_s: float, max_output: int, *, user=None,
             if fd >= 0:
                 os.close(fd)
     result = {
-        "exit_code": None, "signal": None, "stdout": b"".join(chunks[out_r])[:max_output],
+        "exit_code": None,
+        "signal": None,
+        "stdout": b"".join(chunks[out_r])[:max_output],
         "stderr": b"".join(chunks[err_r])[:STDERR_CAP],
-        "cpu_s": ru.ru_utime + ru.ru_stime, "wall_s": wall, "memory_mb": ru.ru_maxrss / 1024.0, "message": "",
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "wall_s": wall,
+        "memory_mb": ru.ru_maxrss / 1024.0,
+        "message": "",
     }
     if os.WIFSIGNALED(status):
         result["signal"] = os.WTERMSIG(status)
@@ -306,6 +333,7 @@ _JSON_SAFE = str.maketrans({**{i: " " for i in range(32)}, '"': "'", "\\": "/"})
 def _say(msg: dict) -> None:
     """One JSON line to the host, written without the json module: the values are ints, finite
     floats, None and strings (statuses, base64, messages, which lose quotes and control characters)."""
+
     def enc(v):
         if v is None:
             return "null"
@@ -340,11 +368,28 @@ def main(batch_path: str) -> int:
         lim = step["limits"]
         limits = list(rlimits(lim).items())
         try:
-            r = run_capped(step["argv"], stdin, lim["wall_s"], lim["max_output_bytes"], cwd=WORK, env=env,
-                           preexec_fn=lambda: set_rlimits(limits), fork=True)
+            r = run_capped(
+                step["argv"],
+                stdin,
+                lim["wall_s"],
+                lim["max_output_bytes"],
+                cwd=WORK,
+                env=env,
+                preexec_fn=lambda limits=limits: set_rlimits(limits),
+                fork=True,
+            )
         except OSError as e:  # the program cannot start (as a shell's 127)
-            r = {"status": "exited", "exit_code": 127, "signal": None, "stdout": b"", "stderr": str(e).encode(),
-                 "cpu_s": 0.0, "wall_s": 0.0, "memory_mb": 0.0, "message": str(e)}
+            r = {
+                "status": "exited",
+                "exit_code": 127,
+                "signal": None,
+                "stdout": b"",
+                "stderr": str(e).encode(),
+                "cpu_s": 0.0,
+                "wall_s": 0.0,
+                "memory_mb": 0.0,
+                "message": str(e),
+            }
         _reset(dirs=("/tmp",))
         if r["status"] != "ok":
             r["stdout"] = r["stdout"][:4096]  # only a run that exited 0 gets compared

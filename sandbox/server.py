@@ -3,6 +3,7 @@
 At most `max_concurrency` requests are judged at once; the rest wait up to `queue_timeout_s`
 and then get 503, so a cluster's reward workers can share a sandbox machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,13 @@ log = logging.getLogger(__name__)
 MAX_BODY = 256 << 20
 
 
-def make_server(backend: Backend, host: str = "127.0.0.1", port: int = 8080, max_concurrency: int = 8, queue_timeout_s: float = 600.0) -> ThreadingHTTPServer:
+def make_server(
+    backend: Backend,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    max_concurrency: int = 8,
+    queue_timeout_s: float = 600.0,
+) -> ThreadingHTTPServer:
     """A ready-to-serve server (call serve_forever()); port 0 picks a free port."""
     gate = threading.BoundedSemaphore(max_concurrency)
 
@@ -58,8 +65,13 @@ def make_server(backend: Backend, host: str = "127.0.0.1", port: int = 8080, max
                 if self.path == "/judge":
                     if not isinstance(req, dict) or not isinstance(req.get("code"), str):
                         raise ValueError("/judge needs {problem, code, language, stop_on_first_failure?}")
-                    res = judge(req.get("problem"), req["code"], req.get("language"), backend=backend,
-                                stop_on_first_failure=bool(req.get("stop_on_first_failure", True)))
+                    res = judge(
+                        req.get("problem"),
+                        req["code"],
+                        req.get("language"),
+                        backend=backend,
+                        stop_on_first_failure=bool(req.get("stop_on_first_failure", True)),
+                    )
                     body = res.to_dict()
                 else:
                     body = run_code(backend, req)

@@ -1,4 +1,5 @@
 """The closed verdict set and the result records shared by backends, judges and the CLI."""
+
 from __future__ import annotations
 
 import base64
@@ -83,7 +84,7 @@ class RunResult:
         return d
 
     @classmethod
-    def from_wire(cls, d: dict) -> "RunResult":
+    def from_wire(cls, d: dict) -> RunResult:
         d = dict(d)
         d["status"] = RunStatus(d["status"])
         d["stdout"] = base64.b64decode(d["stdout"])
@@ -138,10 +139,8 @@ class JudgeResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "JudgeResult":
-        tests = [
-            TestResult(**{**t, "verdict": Verdict(t["verdict"])}) for t in d.get("tests", [])
-        ]
+    def from_dict(cls, d: dict) -> JudgeResult:
+        tests = [TestResult(**{**t, "verdict": Verdict(t["verdict"])}) for t in d.get("tests", [])]
         return cls(Verdict(d["verdict"]), int(d["passed"]), int(d["total"]), tests, d.get("message", ""))
 
 

@@ -74,7 +74,8 @@ def test_model_files_state_hardware_matching_their_gpu_count(model):
 # and family: a model file adds the same overrides to every recipe, so this covers each line
 # of every file while keeping CI at ~16 compositions.
 CASES = [(r, "qwen3_1.7b") for r in RECIPES] + [
-    (r, m) for m in MODELS if m != "qwen3_1.7b" for r in ("math/grpo", "math/xrpo_extra", "code/xrpo")]
+    (r, m) for m in MODELS if m != "qwen3_1.7b" for r in ("math/grpo", "math/xrpo_extra", "code/xrpo")
+]
 
 
 @pytest.mark.parametrize("recipe, model", CASES)
@@ -111,11 +112,14 @@ def test_a_misspelt_key_fails_composition():
         launch.compose(resolved)
 
 
-@pytest.mark.parametrize("override, match", [
-    ("+actor_rollout_ref.actor.clip_ratio_hgh=0.3", "outside verl's schema"),
-    ("+algorithm.xrpo.planner.nbase=4", "outside verl's schema"),
-    ("trainer.nnodes", "not of the form key=value"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("+actor_rollout_ref.actor.clip_ratio_hgh=0.3", "outside verl's schema"),
+        ("+algorithm.xrpo.planner.nbase=4", "outside verl's schema"),
+        ("trainer.nnodes", "not of the form key=value"),
+    ],
+)
 def test_unsafe_or_malformed_overrides_are_rejected(override, match):
     with pytest.raises(ValueError, match=match):
         launch.resolve("math/xrpo", "qwen3_1.7b", [override])

@@ -52,8 +52,9 @@ def _group_mean(x: torch.Tensor, codes: torch.Tensor, n_groups: int) -> tuple[to
     return (total / count)[codes], count[codes]
 
 
-def grpo_advantages(scores: torch.Tensor, index: Sequence[Hashable] | np.ndarray, *, norm_by_std: bool = True,
-                    eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(
+    scores: torch.Tensor, index: Sequence[Hashable] | np.ndarray, *, norm_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Outcome GRPO advantage, numerically as verl's `compute_grpo_outcome_advantage`.
 
     A_i = (R_i - mean_g R) / (std_g R + eps)   (std unbiased; Dr.GRPO drops the division)
@@ -119,9 +120,15 @@ def novelty_ratio(seq_logp_mean: torch.Tensor, index: Sequence[Hashable] | np.nd
     return torch.exp(s - sbar).to(seq_logp_mean.dtype)
 
 
-def sharpen_advantages(adv: torch.Tensor, correct: torch.Tensor, seq_logp_mean: torch.Tensor,
-                       index: Sequence[Hashable] | np.ndarray, *, coef: float = 2.5,
-                       cap_frac: float = 0.5) -> torch.Tensor:
+def sharpen_advantages(
+    adv: torch.Tensor,
+    correct: torch.Tensor,
+    seq_logp_mean: torch.Tensor,
+    index: Sequence[Hashable] | np.ndarray,
+    *,
+    coef: float = 2.5,
+    cap_frac: float = 0.5,
+) -> torch.Tensor:
     """Novelty-guided sharpening (XRPO §2.4), on correct responses only:
 
         A+_i = A_i + min(max(lambda_nov (1 - eta_i), 0), kappa A_i)
@@ -162,8 +169,7 @@ def _check_novelty(adv_or_scores: torch.Tensor, correct: torch.Tensor, novelty: 
         raise ValueError(f"scale = {scale!r} must be >= 0")
 
 
-def add_novelty_bonus(adv: torch.Tensor, correct: torch.Tensor, novelty: torch.Tensor, *,
-                      scale: float) -> torch.Tensor:
+def add_novelty_bonus(adv: torch.Tensor, correct: torch.Tensor, novelty: torch.Tensor, *, scale: float) -> torch.Tensor:
     """ExTra after-norm bonus (paper form, option B): A_i + alpha * nov_i * 1[R_i > 0].
 
     Never lowers an advantage; gives all-correct groups (A = 0) a positive signal.
@@ -172,9 +178,15 @@ def add_novelty_bonus(adv: torch.Tensor, correct: torch.Tensor, novelty: torch.T
     return adv + scale * novelty.to(adv.dtype) * correct.to(adv.dtype)
 
 
-def novelty_shaped_scores(scores: torch.Tensor, correct: torch.Tensor, novelty: torch.Tensor,
-                          index: Sequence[Hashable] | np.ndarray, *, scale: float,
-                          gate: torch.Tensor | None = None) -> torch.Tensor:
+def novelty_shaped_scores(
+    scores: torch.Tensor,
+    correct: torch.Tensor,
+    novelty: torch.Tensor,
+    index: Sequence[Hashable] | np.ndarray,
+    *,
+    scale: float,
+    gate: torch.Tensor | None = None,
+) -> torch.Tensor:
     """ExTra before-norm variant (official code's default, option A): shape the reward, then normalise.
 
         nov~_i  = nov_i / max_{j in g} nov_j          (0 when the group max is 0)

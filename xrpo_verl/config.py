@@ -31,11 +31,19 @@ def _f(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
-def _check_range(name: str, value: float, *, lo: float | None = None, hi: float | None = None,
-                 lo_open: bool = False, hi_open: bool = False) -> None:
+def _check_range(
+    name: str,
+    value: float,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> None:
     """Raise ValueError naming `name` when `value` is outside [lo, hi] (open ends if asked)."""
     bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (
-        hi is not None and (value >= hi if hi_open else value > hi))
+        hi is not None and (value >= hi if hi_open else value > hi)
+    )
     if bad:
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
@@ -45,8 +53,12 @@ def _check_range(name: str, value: float, *, lo: float | None = None, hi: float 
 
 
 _SCALAR_TYPES: dict[Any, tuple[type, ...]] = {
-    bool: (bool,), int: (int,), float: (int, float), str: (str,),
-    int | None: (int, type(None)), str | None: (str, type(None)),
+    bool: (bool,),
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    int | None: (int, type(None)),
+    str | None: (str, type(None)),
 }
 
 
@@ -61,18 +73,24 @@ class _Config:
             value = getattr(self, f.name)
             allowed_types = _SCALAR_TYPES.get(hint)
             if allowed_types is not None and (
-                    not isinstance(value, allowed_types) or (hint is not bool and isinstance(value, bool))):
-                raise ValueError(f"{type(self).__name__}.{f.name} = {value!r} has type {type(value).__name__}; "
-                                 f"expected {_type_name(hint)}")
+                not isinstance(value, allowed_types) or (hint is not bool and isinstance(value, bool))
+            ):
+                raise ValueError(
+                    f"{type(self).__name__}.{f.name} = {value!r} has type {type(value).__name__}; "
+                    f"expected {_type_name(hint)}"
+                )
             if isinstance(hint, type) and issubclass(hint, _Config) and not isinstance(value, hint):
-                raise ValueError(f"{type(self).__name__}.{f.name} must be a {hint.__name__} "
-                                 f"(use from_dict for mappings), got {type(value).__name__}")
+                raise ValueError(
+                    f"{type(self).__name__}.{f.name} must be a {hint.__name__} "
+                    f"(use from_dict for mappings), got {type(value).__name__}"
+                )
             if typing.get_origin(hint) is Literal:
                 allowed = typing.get_args(hint)
                 if value not in allowed:
                     raise ValueError(
                         f"{type(self).__name__}.{f.name} = {value!r} is not an allowed value; "
-                        f"choose one of {list(allowed)}")
+                        f"choose one of {list(allowed)}"
+                    )
 
     @classmethod
     def from_dict(cls: type[_C], d: Mapping[str, Any] | None) -> _C:
@@ -115,12 +133,15 @@ class PlannerConfig(_Config):
     alpha: float = _f(0.05, "alpha, Student-t confidence level of h_q(n) = t_{1-alpha/2,n-1} s_q/sqrt(n). [I/3P]")
     lam: float = _f(0.03, "lambda, exploration-bonus coefficient in phi_q. [I] (3P default 0.1 lets phi swamp Delta)")
     bonus_form: Literal["sqrt", "inverse"] = _f(
-        "sqrt", "phi_q form: sqrt = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), inverse = lambda*ln(1+T)/n_q. [3P]")
+        "sqrt", "phi_q form: sqrt = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), inverse = lambda*ln(1+T)/n_q. [3P]"
+    )
     step_source: Literal["global_step", "rollouts_so_far"] = _f(
-        "global_step", "What T counts in phi_q: training steps, or rollouts generated so far this step. [I]")
+        "global_step", "What T counts in phi_q: training steps, or rollouts generated so far this step. [I]"
+    )
     shrink_steps: int = _f(1, "k in Delta_q = h_q(n_q) - h_q(n_q+k); 1 is the one-step form. [3P]")
     smoothed_std: bool = _f(
-        False, "Replace s_q by sqrt(p(1-p)), p = (sum r + 0.5)/(n+1), so all-fail != all-pass. Not from the paper. [I]")
+        False, "Replace s_q by sqrt(p(1-p)), p = (sum r + 0.5)/(n+1), so all-fail != all-pass. Not from the paper. [I]"
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -132,7 +153,8 @@ class PlannerConfig(_Config):
         if not self.n_base <= self.n_avg <= self.n_max:
             raise ValueError(
                 f"PlannerConfig needs n_base <= n_avg <= n_max, got n_base={self.n_base}, "
-                f"n_avg={self.n_avg}, n_max={self.n_max}")
+                f"n_avg={self.n_avg}, n_max={self.n_max}"
+            )
         if self.rounds == 0 and self.n_avg != self.n_base:
             raise ValueError(f"PlannerConfig.rounds = 0 leaves n_avg - n_base = {self.n_avg - self.n_base} unspent")
 
@@ -162,9 +184,11 @@ class ICLConfig(_Config):
     keep: Literal["recent", "shortest"] = _f("recent", "Which m successes a prompt keeps: most recent or shortest. [I]")
     max_example_tokens: int = _f(1024, "L_ex, tokens kept of each example solution. [I]")
     max_prompt_tokens: int | None = _f(
-        None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]")
+        None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]"
+    )
     mode: Literal["with_icl", "strip_icl"] = _f(
-        "with_icl", "Train ICL rows with the ICL context (on-policy) or with it stripped (off-policy ablation). [I]")
+        "with_icl", "Train ICL rows with the ICL context (on-policy) or with it stripped (off-policy ablation). [I]"
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -185,8 +209,10 @@ class NoveltyBonusConfig(_Config):
     memory_size: int = _f(16, "|Phi(x)|, response embeddings kept per prompt (ring buffer). [C]")
     warmup: int = _f(8, "Novelty is 0 until the prompt's memory holds this many embeddings. [C]")
     placement: Literal["after_norm", "before_norm"] = _f(
-        "after_norm", "after_norm: A = GRPO(R) + alpha*nov (paper, option B); before_norm: shape R then normalise "
-        "(official code default, option A). [P]/[C]")
+        "after_norm",
+        "after_norm: A = GRPO(R) + alpha*nov (paper, option B); before_norm: shape R then normalise "
+        "(official code default, option A). [P]/[C]",
+    )
     tail_tokens: int = _f(512, "Embed only the last this-many response tokens (decoded). [C]")
     var_coef: float = _f(1.0, "before_norm only: lambda in the gate g = exp(-lambda * EMA reward variance). [C]")
     var_ema_rate: float = _f(0.1, "before_norm only: EMA rate of the per-prompt group reward variance. [C]")
@@ -207,7 +233,9 @@ class PrefixConfig(_Config):
 
     enable: bool = _f(True, "Queue low-entropy prefixes of hard prompts and inject them as guided prompts. [P]")
     hard_threshold: Literal["all_fail", "at_most_one"] = _f(
-        "at_most_one", "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (code). [S]/[C]")
+        "at_most_one",
+        "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (code). [S]/[C]",
+    )
     min_gap: int = _f(32, "Merge newline boundaries closer than this many tokens to the last kept one. [C]")
     max_candidates: int = _f(15, "Keep at most this many evenly spaced boundaries per anchor. [C]")
     tau: float = _f(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
@@ -240,15 +268,20 @@ class EmbedderConfig(_Config):
     """
 
     model: str | None = _f(
-        None, "sentence-transformers name or path; None is the bundled all-MiniLM-L6-v2 (the paper uses "
-        "Qwen3-Embedding-8B for ICL). [C]/[R]")
+        None,
+        "sentence-transformers name or path; None is the bundled all-MiniLM-L6-v2 (the paper uses "
+        "Qwen3-Embedding-8B for ICL). [C]/[R]",
+    )
     device: str | None = _f(None, "Torch device for the encoder; None picks cuda when available, else cpu. [I]")
     batch_size: int = _f(256, "Encoder batch size. [I]")
     index: Literal["flat", "ivf", "hnsw"] = _f(
-        "flat", "FAISS index of the ICL corpus: exact inner product, or IVF/HNSW past ~1e5 prompts "
-        "(benchmarks/RESULTS.md). [I]")
+        "flat",
+        "FAISS index of the ICL corpus: exact inner product, or IVF/HNSW past ~1e5 prompts "
+        "(benchmarks/RESULTS.md). [I]",
+    )
     use_gpu: Literal["auto", "never", "always"] = _f(
-        "auto", "Put the ICL corpus's FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]")
+        "auto", "Put the ICL corpus's FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]"
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -281,8 +314,14 @@ class ExTraConfig(_Config):
 
 
 ALL_CONFIGS: tuple[type[_Config], ...] = (
-    XRPOConfig, PlannerConfig, SharpeningConfig, ICLConfig,
-    ExTraConfig, NoveltyBonusConfig, PrefixConfig, EmbedderConfig,
+    XRPOConfig,
+    PlannerConfig,
+    SharpeningConfig,
+    ICLConfig,
+    ExTraConfig,
+    NoveltyBonusConfig,
+    PrefixConfig,
+    EmbedderConfig,
 )
 
 
@@ -296,14 +335,24 @@ def _type_name(hint: Any) -> str:
 
 def markdown_docs() -> str:
     """Markdown reference of every config field, generated from the help strings."""
-    lines = ["# Configuration reference", "",
-             "Generated by `python -m xrpo_verl.config` from the help text in `xrpo_verl/config.py`.",
-             "Tags: [P] paper, [R] review quoting the paper, [C] official code, [S] project summary, "
-             "[3P] third-party, [I] our choice.", ""]
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated by `python -m xrpo_verl.config` from the help text in `xrpo_verl/config.py`.",
+        "Tags: [P] paper, [R] review quoting the paper, [C] official code, [S] project summary, "
+        "[3P] third-party, [I] our choice.",
+        "",
+    ]
     for cls in ALL_CONFIGS:
         hints = typing.get_type_hints(cls)
-        lines += [f"## `{cls.__name__}`", "", (cls.__doc__ or "").strip(), "",
-                  "| field | type | default | meaning |", "|---|---|---|---|"]
+        lines += [
+            f"## `{cls.__name__}`",
+            "",
+            (cls.__doc__ or "").strip(),
+            "",
+            "| field | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             hint = hints[f.name]
             if isinstance(hint, type) and issubclass(hint, _Config):

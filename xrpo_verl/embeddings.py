@@ -55,10 +55,11 @@ class Embedder:
         except (OSError, ValueError, RuntimeError) as e:
             offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
             hint = " (HF_HUB_OFFLINE is set and the model is not in the local cache)" if offline else ""
-            raise ValueError(f"cannot load embedding model {self.model_name!r}{hint}: {e}. Pass a local "
-                             f"sentence-transformers directory, or model=None for the bundled MiniLM.") from e
-        dim_fn = getattr(self._model, "get_embedding_dimension", None) or \
-            self._model.get_sentence_embedding_dimension
+            raise ValueError(
+                f"cannot load embedding model {self.model_name!r}{hint}: {e}. Pass a local "
+                f"sentence-transformers directory, or model=None for the bundled MiniLM."
+            ) from e
+        dim_fn = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(dim_fn())
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -68,8 +69,9 @@ class Embedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        z = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                               normalize_embeddings=True, show_progress_bar=False)
+        z = self._model.encode(
+            texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+        )
         return np.ascontiguousarray(z, dtype=np.float32)
 
 
@@ -107,8 +109,17 @@ class VectorIndex:
         nprobe: IVF lists searched per query.  ef_search: HNSW search breadth.
     """
 
-    def __init__(self, dim: int, *, kind: IndexKind = "flat", use_gpu: GpuPolicy = "auto", nlist: int | None = None,
-                 nprobe: int = 16, hnsw_m: int = 32, ef_search: int = 64) -> None:
+    def __init__(
+        self,
+        dim: int,
+        *,
+        kind: IndexKind = "flat",
+        use_gpu: GpuPolicy = "auto",
+        nlist: int | None = None,
+        nprobe: int = 16,
+        hnsw_m: int = 32,
+        ef_search: int = 64,
+    ) -> None:
         import faiss
 
         if int(dim) != dim or dim < 1:
@@ -176,8 +187,10 @@ class VectorIndex:
         import faiss
 
         if self.kind == "hnsw" or self.on_gpu:
-            raise ValueError(f"remove is not supported for kind = {self.kind!r} on_gpu = {self.on_gpu}; "
-                             f"use a CPU 'flat' or 'ivf' index")
+            raise ValueError(
+                f"remove is not supported for kind = {self.kind!r} on_gpu = {self.on_gpu}; "
+                f"use a CPU 'flat' or 'ivf' index"
+            )
         if self._index is None:
             return 0
         sel = faiss.IDSelectorBatch(np.ascontiguousarray(ids, dtype=np.int64).reshape(-1))
@@ -200,8 +213,9 @@ class VectorIndex:
             raise ValueError(f"no index file at {str(path)!r}")
         raw = faiss.read_index(str(path))
         inner = faiss.downcast_index(raw.index) if isinstance(raw, (faiss.IndexIDMap, faiss.IndexIDMap2)) else raw
-        kind: IndexKind = ("hnsw" if isinstance(inner, faiss.IndexHNSW) else
-                           "ivf" if isinstance(inner, faiss.IndexIVF) else "flat")
+        kind: IndexKind = (
+            "hnsw" if isinstance(inner, faiss.IndexHNSW) else "ivf" if isinstance(inner, faiss.IndexIVF) else "flat"
+        )
         out = cls.__new__(cls)
         out.dim, out.kind, out.nlist = raw.d, kind, None
         out.nprobe = int(getattr(inner, "nprobe", 16))

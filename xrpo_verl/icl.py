@@ -54,8 +54,15 @@ class ICLCorpus:
         use_gpu: where the index lives (`embeddings.VectorIndex`).
     """
 
-    def __init__(self, embedder: TextEncoder, *, per_prompt: int = 1, keep: KeepPolicy = "recent",
-                 index: IndexKind = "flat", use_gpu: GpuPolicy = "auto") -> None:
+    def __init__(
+        self,
+        embedder: TextEncoder,
+        *,
+        per_prompt: int = 1,
+        keep: KeepPolicy = "recent",
+        index: IndexKind = "flat",
+        use_gpu: GpuPolicy = "auto",
+    ) -> None:
         if int(per_prompt) != per_prompt or per_prompt < 1:
             raise ValueError(f"per_prompt = {per_prompt!r} must be an integer >= 1")
         if keep not in _KEEP:
@@ -79,8 +86,17 @@ class ICLCorpus:
     def _encode(self, texts: list[str]) -> np.ndarray:
         return check_unit_rows("embedder output", self.embedder.encode(texts), len(texts))
 
-    def add(self, prompt_id: str, prompt_text: str, response_text: str, *, step: int, num_tokens: int,
-            verified: bool = True, split: str = "train") -> bool:
+    def add(
+        self,
+        prompt_id: str,
+        prompt_text: str,
+        response_text: str,
+        *,
+        step: int,
+        num_tokens: int,
+        verified: bool = True,
+        split: str = "train",
+    ) -> bool:
         """Admit one verified success of a training prompt; return whether it is now stored.
 
         Unverified responses are not admitted (returns False). A non-training split raises,
@@ -110,16 +126,18 @@ class ICLCorpus:
         self._examples[prompt_id] = ranked[: self.per_prompt]
         return ex in self._examples[prompt_id]
 
-    def retrieve(self, prompt_id: str, prompt_text: str, *, k: int = 2,
-                 min_similarity: float = 0.0) -> list[ICLExample]:
+    def retrieve(
+        self, prompt_id: str, prompt_text: str, *, k: int = 2, min_similarity: float = 0.0
+    ) -> list[ICLExample]:
         """Top-k distinct other prompts by cosine similarity, each with its best kept example.
 
         Never returns `prompt_id` itself; returns [] when nothing reaches `min_similarity`.
         """
         return self.retrieve_many([prompt_id], [prompt_text], k=k, min_similarity=min_similarity)[0]
 
-    def retrieve_many(self, prompt_ids: Sequence[str], prompt_texts: Sequence[str], *, k: int = 2,
-                      min_similarity: float = 0.0) -> list[list[ICLExample]]:
+    def retrieve_many(
+        self, prompt_ids: Sequence[str], prompt_texts: Sequence[str], *, k: int = 2, min_similarity: float = 0.0
+    ) -> list[list[ICLExample]]:
         """Batched `retrieve`: one encode call and one (Q, N) similarity product."""
         if len(prompt_ids) != len(prompt_texts):
             raise ValueError(f"{len(prompt_ids)} prompt_ids but {len(prompt_texts)} prompt_texts")
@@ -134,7 +152,9 @@ class ICLCorpus:
         out = []
         for pid, s_q, rows_q in zip(prompt_ids, sims, rows):
             own = self._row.get(pid, -1)
-            hits = [(int(j), float(sim)) for j, sim in zip(rows_q, s_q) if j >= 0 and j != own and sim >= min_similarity]
+            hits = [
+                (int(j), float(sim)) for j, sim in zip(rows_q, s_q) if j >= 0 and j != own and sim >= min_similarity
+            ]
             out.append([_with_sim(self._examples[self._ids[j]][0], sim) for j, sim in hits[:k]])
         return out
 
@@ -145,19 +165,24 @@ class ICLCorpus:
             self._index = VectorIndex(self._emb.shape[1], kind=self.index_kind, use_gpu=self.use_gpu)
             self._indexed, self._trained_on = 0, n
         if self._indexed < n:
-            self._index.add(self._emb[self._indexed:], np.arange(self._indexed, n))
+            self._index.add(self._emb[self._indexed :], np.arange(self._indexed, n))
             self._indexed = n
         return self._index
 
     def state_dict(self) -> dict[str, Any]:
-        return {"per_prompt": self.per_prompt, "keep": self.keep, "ids": list(self._ids),
-                "embeddings": self._emb.copy(),
-                "examples": {pid: [asdict(e) for e in exs] for pid, exs in self._examples.items()}}
+        return {
+            "per_prompt": self.per_prompt,
+            "keep": self.keep,
+            "ids": list(self._ids),
+            "embeddings": self._emb.copy(),
+            "examples": {pid: [asdict(e) for e in exs] for pid, exs in self._examples.items()},
+        }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         if d["per_prompt"] != self.per_prompt or d["keep"] != self.keep:
-            raise ValueError(f"state has per_prompt/keep {d['per_prompt']}/{d['keep']}, "
-                             f"this corpus {self.per_prompt}/{self.keep}")
+            raise ValueError(
+                f"state has per_prompt/keep {d['per_prompt']}/{d['keep']}, this corpus {self.per_prompt}/{self.keep}"
+            )
         self._ids = list(d["ids"])
         self._row = {pid: i for i, pid in enumerate(self._ids)}
         self._emb = np.asarray(d["embeddings"], dtype=np.float32)
@@ -169,9 +194,15 @@ def _with_sim(ex: ICLExample, sim: float) -> ICLExample:
     return ICLExample(ex.prompt_id, ex.prompt_text, ex.response_text, ex.step, ex.num_tokens, sim)
 
 
-def render_icl_prompt(examples: Sequence[ICLExample], prompt_text: str, *, count_tokens: Callable[[str], int],
-                      truncate: Callable[[str, int], str], max_example_tokens: int = 1024,
-                      max_prompt_tokens: int | None = None) -> str:
+def render_icl_prompt(
+    examples: Sequence[ICLExample],
+    prompt_text: str,
+    *,
+    count_tokens: Callable[[str], int],
+    truncate: Callable[[str, int], str],
+    max_example_tokens: int = 1024,
+    max_prompt_tokens: int | None = None,
+) -> str:
     """Few-shot prompt: header, examples (solutions cut to L_ex tokens), then the original prompt.
 
     When the result exceeds `max_prompt_tokens`, later examples are dropped first; the last one
@@ -188,8 +219,12 @@ def render_icl_prompt(examples: Sequence[ICLExample], prompt_text: str, *, count
         raise ValueError(f"max_example_tokens = {max_example_tokens!r} must be >= 1")
     if max_prompt_tokens is not None and max_prompt_tokens < 1:
         raise ValueError(f"max_prompt_tokens = {max_prompt_tokens!r} must be >= 1 or None")
-    solutions = [truncate(e.response_text, max_example_tokens)
-                 if count_tokens(e.response_text) > max_example_tokens else e.response_text for e in examples]
+    solutions = [
+        truncate(e.response_text, max_example_tokens)
+        if count_tokens(e.response_text) > max_example_tokens
+        else e.response_text
+        for e in examples
+    ]
     shots = list(zip(examples, solutions))
 
     def render(items: list[tuple[ICLExample, str]]) -> str:

@@ -24,8 +24,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def cons_at_k(answers: Sequence[str | None], truth: Callable[[str], bool] | Sequence[bool], *,
-              normalize: Callable[[str], str] = str.strip) -> bool:
+def cons_at_k(
+    answers: Sequence[str | None],
+    truth: Callable[[str], bool] | Sequence[bool],
+    *,
+    normalize: Callable[[str], str] = str.strip,
+) -> bool:
     """cons@k (maj@k): the most frequent normalised answer decides; ties go to the first occurrence.
 
     Args:
@@ -60,7 +64,7 @@ def mean_length(lengths: Sequence[int | float]) -> float:
 
 
 def _ngrams(tokens: list[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
 def bleu4(hypothesis: list[str], references: list[list[str]], *, epsilon: float = 0.1) -> float:
@@ -97,7 +101,7 @@ def self_bleu(texts: Sequence[str]) -> float:
     if len(texts) < 2:
         raise ValueError(f"self_bleu needs at least 2 texts, got {len(texts)}")
     toks = [t.split() for t in texts]
-    return float(np.mean([bleu4(toks[i], toks[:i] + toks[i + 1:]) for i in range(len(toks))]))
+    return float(np.mean([bleu4(toks[i], toks[:i] + toks[i + 1 :]) for i in range(len(toks))]))
 
 
 def logdet_diversity(embeddings: np.ndarray, eps: float = 1e-6) -> float:

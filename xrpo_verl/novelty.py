@@ -70,8 +70,9 @@ class NoveltyMemory:
         z = check_unit_rows("embeddings", embeddings, len(keys))
         correct = np.asarray(correct)
         if correct.shape != (len(keys),) or correct.dtype != np.bool_:
-            raise ValueError(f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} "
-                             f"{correct.shape}")
+            raise ValueError(
+                f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} {correct.shape}"
+            )
         out = np.zeros(len(keys), dtype=np.float32)
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
@@ -100,18 +101,19 @@ class NoveltyMemory:
         for key, rows in groups.items():
             old = self._mem.get(key)
             new = z[rows] if old is None else np.concatenate([old, z[rows]])
-            self._mem[key] = new[-self.capacity:].copy()
+            self._mem[key] = new[-self.capacity :].copy()
 
     def state_dict(self) -> dict[str, Any]:
         """Picklable plain-python/numpy state."""
-        return {"capacity": self.capacity, "warmup": self.warmup,
-                "memory": {k: v.copy() for k, v in self._mem.items()}}
+        return {"capacity": self.capacity, "warmup": self.warmup, "memory": {k: v.copy() for k, v in self._mem.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         if d.get("capacity") != self.capacity or d.get("warmup") != self.warmup:
-            raise ValueError(f"state has capacity/warmup {d.get('capacity')}/{d.get('warmup')}, "
-                             f"this memory {self.capacity}/{self.warmup}")
-        self._mem = {str(k): np.asarray(v, dtype=np.float32)[-self.capacity:].copy() for k, v in d["memory"].items()}
+            raise ValueError(
+                f"state has capacity/warmup {d.get('capacity')}/{d.get('warmup')}, "
+                f"this memory {self.capacity}/{self.warmup}"
+            )
+        self._mem = {str(k): np.asarray(v, dtype=np.float32)[-self.capacity :].copy() for k, v in d["memory"].items()}
 
 
 class RewardVarianceEMA:

@@ -129,9 +129,16 @@ def _group_std(groups: list[np.ndarray], smoothed: bool) -> np.ndarray:
     return out
 
 
-def priority_diagnostics(rewards: Sequence[Sequence[float]], *, step: int | float, alpha: float = 0.05,
-                         lam: float = 0.03, bonus: BonusForm = "sqrt", k: int = 1,
-                         smoothed_std: bool = False) -> PriorityDiagnostics:
+def priority_diagnostics(
+    rewards: Sequence[Sequence[float]],
+    *,
+    step: int | float,
+    alpha: float = 0.05,
+    lam: float = 0.03,
+    bonus: BonusForm = "sqrt",
+    k: int = 1,
+    smoothed_std: bool = False,
+) -> PriorityDiagnostics:
     """Delta_q, phi_q and Pi_q for every prompt (see module docstring)."""
     groups = _as_groups(rewards)
     n = np.array([g.size for g in groups], dtype=np.int64)
@@ -148,12 +155,20 @@ def priority_diagnostics(rewards: Sequence[Sequence[float]], *, step: int | floa
     return PriorityDiagnostics(n=n, mean=mean, std=std, delta=delta, phi=phi, priority=delta + phi)
 
 
-def allocation_priority(rewards_of_one_prompt: Sequence[float], *, step: int | float, alpha: float = 0.05,
-                        lam: float = 0.03, bonus: BonusForm = "sqrt", k: int = 1,
-                        smoothed_std: bool = False) -> float:
+def allocation_priority(
+    rewards_of_one_prompt: Sequence[float],
+    *,
+    step: int | float,
+    alpha: float = 0.05,
+    lam: float = 0.03,
+    bonus: BonusForm = "sqrt",
+    k: int = 1,
+    smoothed_std: bool = False,
+) -> float:
     """Pi_q = Delta_q + phi_q for a single prompt."""
-    d = priority_diagnostics([rewards_of_one_prompt], step=step, alpha=alpha, lam=lam, bonus=bonus, k=k,
-                             smoothed_std=smoothed_std)
+    d = priority_diagnostics(
+        [rewards_of_one_prompt], step=step, alpha=alpha, lam=lam, bonus=bonus, k=k, smoothed_std=smoothed_std
+    )
     return float(d.priority[0])
 
 
@@ -200,9 +215,18 @@ def allocate_by_priority(priority: Sequence[float], budget: int, headroom: Seque
     return capped.tolist()
 
 
-def allocate(rewards: Sequence[Sequence[float]], budget: int, *, step: int | float, alpha: float = 0.05,
-             lam: float = 0.03, n_max: int = 32, bonus: BonusForm = "sqrt", k: int = 1,
-             smoothed_std: bool = False) -> list[int]:
+def allocate(
+    rewards: Sequence[Sequence[float]],
+    budget: int,
+    *,
+    step: int | float,
+    alpha: float = 0.05,
+    lam: float = 0.03,
+    n_max: int = 32,
+    bonus: BonusForm = "sqrt",
+    k: int = 1,
+    smoothed_std: bool = False,
+) -> list[int]:
     """Extra rollouts per prompt for one planner round (XRPO §2.2).
 
     Args:

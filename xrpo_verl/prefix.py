@@ -23,8 +23,9 @@ HardThreshold = Literal["all_fail", "at_most_one"]
 _THRESHOLDS = ("all_fail", "at_most_one")
 
 
-def is_hard(rewards_of_one_prompt: Sequence[float], threshold: HardThreshold = "at_most_one", *,
-            success_cutoff: float = 0.0) -> bool:
+def is_hard(
+    rewards_of_one_prompt: Sequence[float], threshold: HardThreshold = "at_most_one", *, success_cutoff: float = 0.0
+) -> bool:
     """Whether a prompt is hard: successes (reward > success_cutoff) == 0 ("all_fail") or <= 1."""
     if threshold not in _THRESHOLDS:
         raise ValueError(f"threshold = {threshold!r} is not supported; choose one of {list(_THRESHOLDS)}")
@@ -45,8 +46,14 @@ def select_anchor(mean_entropy: Sequence[float]) -> int:
     return int(np.argmin(m))
 
 
-def step_boundaries(token_ids: Sequence[int], newline_ids: set[int], *, min_gap: int = 32,
-                    max_candidates: int = 15, max_len: int | None = None) -> list[int]:
+def step_boundaries(
+    token_ids: Sequence[int],
+    newline_ids: set[int],
+    *,
+    min_gap: int = 32,
+    max_candidates: int = 15,
+    max_len: int | None = None,
+) -> list[int]:
     """Prefix end positions b (prefix = token_ids[:b]) at step breaks, see module docstring item 3.
 
     Args:
@@ -112,8 +119,9 @@ class PrefixChoice:
     smoothed: float  # MTE~(p_b)
 
 
-def select_prefix(boundaries: Sequence[int], scores: np.ndarray, embeddings: np.ndarray, *,
-                  tau: float = 0.1) -> PrefixChoice:
+def select_prefix(
+    boundaries: Sequence[int], scores: np.ndarray, embeddings: np.ndarray, *, tau: float = 0.1
+) -> PrefixChoice:
     """The candidate with the lowest smoothed mean token entropy (first on ties)."""
     b = list(boundaries)
     if not b:
@@ -170,13 +178,19 @@ class PrefixMemory:
         return buf[int(np.argmin(sm))]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"capacity": self.capacity,
-                "memory": {k: [(e.prefix_ids, e.score, e.embedding.copy()) for e in v] for k, v in self._mem.items()}}
+        return {
+            "capacity": self.capacity,
+            "memory": {k: [(e.prefix_ids, e.score, e.embedding.copy()) for e in v] for k, v in self._mem.items()},
+        }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.capacity = int(d["capacity"])
-        self._mem = {k: deque((PrefixEntry(list(p), float(s), np.asarray(e, dtype=np.float32)) for p, s, e in v),
-                              maxlen=self.capacity) for k, v in d["memory"].items()}
+        self._mem = {
+            k: deque(
+                (PrefixEntry(list(p), float(s), np.asarray(e, dtype=np.float32)) for p, s, e in v), maxlen=self.capacity
+            )
+            for k, v in d["memory"].items()
+        }
 
 
 @dataclass

@@ -1,4 +1,5 @@
 """Sandbox backends and `get_backend` (see base.py for the interface)."""
+
 from __future__ import annotations
 
 import threading

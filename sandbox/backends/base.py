@@ -3,6 +3,7 @@
 A `Session` is one submission's private work dir (`/work` inside the sandbox), held on one warm
 worker (a bwrap uid slot, or a pooled container) from compilation to its last test.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,10 +75,10 @@ class Backend(ABC):
     def session(self) -> contextlib.AbstractContextManager[Session]:
         """A fresh session on a warm worker; blocks while all workers are busy."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a backend without warm workers has nothing to release)
         """Release warm workers (containers, dirs)."""
 
-    def __enter__(self) -> "Backend":
+    def __enter__(self) -> Backend:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -121,5 +122,7 @@ class RunnerReport:
                 err = runner_stderr[-500:].decode(errors="replace")
                 self.results.append(RunResult(RunStatus.ERROR, message=f"runner failed: {err}"))
             else:  # the submission killed its runner (it runs under the same uid)
-                self.results.append(RunResult(RunStatus.SIGNALED, signal=9, message="the program killed the judge's runner"))
+                self.results.append(
+                    RunResult(RunStatus.SIGNALED, signal=9, message="the program killed the judge's runner")
+                )
         return self.results

@@ -8,6 +8,7 @@ A batch (a submission's tests, a checker's runs): the same bwrap runs the batch 
 namespace setup and teardown cost about 10 ms, as much as a small test, so a batch pays it once.
 RLIMIT_NPROC counts per uid host-wide, so every slot's uid is leased host-wide (uids.py).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -66,7 +67,9 @@ def bwrap_available() -> str | None:
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
     try:
-        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--", "true"], capture_output=True, timeout=20)
+        r = subprocess.run(
+            ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--", "true"], capture_output=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bwrap failed to start: {e}"
     return None if r.returncode == 0 else f"bwrap cannot create namespaces: {r.stderr.decode(errors='replace').strip()}"
@@ -139,7 +142,9 @@ class BwrapBackend(Backend):
             r = subprocess.run(pch_build_argv(os.path.join(tmp, "bits", "stdc++.h.gch")), capture_output=True)
             if r.returncode != 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise RuntimeError(f"building the precompiled header failed: {r.stderr.decode(errors='replace')[-500:]}")
+                raise RuntimeError(
+                    f"building the precompiled header failed: {r.stderr.decode(errors='replace')[-500:]}"
+                )
             os.chmod(tmp, 0o755)
             os.replace(tmp, self.pch_dir)
 
@@ -289,12 +294,26 @@ class BwrapSession(Session):
         if job is not None:
             argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
         argv += [
-            "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", WORK,
-            "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--as-pid-1",
-            "--clearenv", *(a for k, v in _ENV.items() for a in ("--setenv", k, v)),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            WORK,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--as-pid-1",
+            "--clearenv",
+            *(a for k, v in _ENV.items() for a in ("--setenv", k, v)),
             # bwrap writes {"exit-code": n} here only when its setup finished and exec succeeded:
             # without it the failure is ours (SE). The program does not inherit this fd.
-            "--json-status-fd", str(status_fd),
+            "--json-status-fd",
+            str(status_fd),
             "--",
         ]
         return argv + command
@@ -323,8 +342,13 @@ class BwrapSession(Session):
         r_fd, w_fd = os.pipe()
         try:
             raw = runner.run_capped(
-                self._argv(spec.argv, w_fd, spec.writable), spec.stdin, spec.limits.wall_s, spec.limits.max_output_bytes,
-                user=self.uid, pass_fds=(w_fd,), preexec_fn=self._preexec(spec.limits),
+                self._argv(spec.argv, w_fd, spec.writable),
+                spec.stdin,
+                spec.limits.wall_s,
+                spec.limits.max_output_bytes,
+                user=self.uid,
+                pass_fds=(w_fd,),
+                preexec_fn=self._preexec(spec.limits),
             )
             peak = self.cgroup.peak_mb()
             if peak is not None:
@@ -364,7 +388,14 @@ class BwrapSession(Session):
                     write_file_nofollow(job, f"in{i}", spec.stdin)
                 lim = spec.limits.to_dict()
                 lim["max_processes"] += _BATCH_PROCS
-                steps.append({"argv": spec.argv, "limits": lim, "stdin": f"in{i}" if spec.stdin else None, "required": spec.required})
+                steps.append(
+                    {
+                        "argv": spec.argv,
+                        "limits": lim,
+                        "stdin": f"in{i}" if spec.stdin else None,
+                        "required": spec.required,
+                    }
+                )
             batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV}
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
@@ -380,8 +411,15 @@ class BwrapSession(Session):
         with tempfile.TemporaryFile() as err:
             try:
                 p = subprocess.Popen(
-                    self._argv(command, w_fd, False, job), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                    user=self.uid, group=self.uid, extra_groups=[], start_new_session=True, pass_fds=(w_fd,),
+                    self._argv(command, w_fd, False, job),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    user=self.uid,
+                    group=self.uid,
+                    extra_groups=[],
+                    start_new_session=True,
+                    pass_fds=(w_fd,),
                     preexec_fn=self._preexec(outer),
                 )
             except OSError as e:
@@ -432,7 +470,12 @@ class BwrapSession(Session):
             runner_err = err.read()[-8192:]
         if not report.results and report.begun < 0 and not killed.is_set():
             who = "the runner" if b'"exit-code"' in status else "bwrap"
-            return [RunResult(RunStatus.ERROR, message=f"{who} failed before the first test: {runner_err.decode(errors='replace').strip()[-300:]}")]
+            return [
+                RunResult(
+                    RunStatus.ERROR,
+                    message=f"{who} failed before the first test: {runner_err.decode(errors='replace').strip()[-300:]}",
+                )
+            ]
         return report.finish(killed.is_set(), runner_err)
 
 
@@ -456,7 +499,8 @@ def _outer_limits(limits: list[Limits]) -> Limits:
     test (a hard limit can be lowered, never raised). RLIMIT_CPU counts per process, and the
     runner itself uses little."""
     return Limits(
-        cpu_s=sum(lim.cpu_s for lim in limits) + 10, wall_s=sum(lim.wall_s for lim in limits) + 30,
+        cpu_s=sum(lim.cpu_s for lim in limits) + 10,
+        wall_s=sum(lim.wall_s for lim in limits) + 30,
         memory_mb=max(256, *(lim.memory_mb for lim in limits)),
         max_processes=max(lim.max_processes for lim in limits) + _BATCH_PROCS,
         max_file_mb=max(lim.max_file_mb for lim in limits),
@@ -484,9 +528,14 @@ def _result(raw: dict, status: bytes) -> RunResult:
     err = raw["stderr"].decode(errors="replace").strip()
     if not started and raw["status"] not in ("timeout", "output_limit"):
         if err.startswith("bwrap: execvp"):  # the sandbox is up but the program could not start (as a shell's 127)
-            return RunResult(RunStatus.EXITED, exit_code=127, stderr=raw["stderr"], wall_s=raw["wall_s"], message=err[-300:])
+            return RunResult(
+                RunStatus.EXITED, exit_code=127, stderr=raw["stderr"], wall_s=raw["wall_s"], message=err[-300:]
+            )
         return RunResult(RunStatus.ERROR, message=f"bwrap failed before starting the program: {err[-300:]}")
-    res = RunResult(RunStatus(raw["status"]), **{k: raw[k] for k in ("exit_code", "signal", "stdout", "stderr", "cpu_s", "wall_s", "memory_mb", "message")})
+    res = RunResult(
+        RunStatus(raw["status"]),
+        **{k: raw[k] for k in ("exit_code", "signal", "stdout", "stderr", "cpu_s", "wall_s", "memory_mb", "message")},
+    )
     # The program is pid 1 of its namespace; bwrap reports its death by signal n as exit 128+n.
     if res.status is RunStatus.EXITED and res.exit_code is not None and 128 < res.exit_code < 160:
         res.status, res.signal, res.exit_code = RunStatus.SIGNALED, res.exit_code - 128, None
@@ -495,6 +544,9 @@ def _result(raw: dict, status: bytes) -> RunResult:
 
 def _gcc_version() -> str:
     try:
-        return subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip() or "none"
+        return (
+            subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True, timeout=30).stdout.strip()
+            or "none"
+        )
     except OSError:
         return "none"

@@ -10,6 +10,7 @@ submission uids are leased host-wide (uids.py), never shared with another proces
 Containers are killed through the API, remove themselves when their keep-alive exits (it exits
 when the host stops touching /job/alive), and stale ones are collected at start-up.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -31,7 +32,7 @@ from .uids import UidLease, default_lock_dir
 LABEL = "xrpo.sandbox"
 _HOST = socket.gethostname()
 # Exits (and so removes the container) once /job/alive is 120 s stale: the host died.
-_KEEPALIVE = 'while sleep 5; do [ $(( $(date +%s) - $(stat -c %Y /job/alive) )) -lt 120 ] || exit 0; done'
+_KEEPALIVE = "while sleep 5; do [ $(( $(date +%s) - $(stat -c %Y /job/alive) )) -lt 120 ] || exit 0; done"
 
 
 @dataclass
@@ -97,7 +98,12 @@ class DockerBackend(Backend):
             build_image(self.client)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         cfg = self.config
-        self._lease = UidLease(cfg.workers, cfg.uid_base, cfg.uid_span, cfg.lock_dir or default_lock_dir(os.path.expanduser("~/.cache/xrpo-sandbox")))
+        self._lease = UidLease(
+            cfg.workers,
+            cfg.uid_base,
+            cfg.uid_span,
+            cfg.lock_dir or default_lock_dir(os.path.expanduser("~/.cache/xrpo-sandbox")),
+        )
         self._free_uids = queue.Queue()
         for uid in self._lease.uids:
             self._free_uids.put(uid)
@@ -118,13 +124,27 @@ class DockerBackend(Backend):
         os.chmod(job, 0o711)  # the keep-alive (another uid) may only stat alive
         _touch(os.path.join(job, "alive"))
         container = self.client.containers.run(
-            cfg.image, ["sh", "-c", _KEEPALIVE], detach=True, auto_remove=True, init=True,
-            network_mode="none", mem_limit=f"{cfg.memory_mb}m", memswap_limit=f"{cfg.memory_mb}m",
-            pids_limit=cfg.pids_limit, nano_cpus=int(cfg.cpus * 1e9), read_only=True,
-            tmpfs={WORK: f"rw,exec,nosuid,nodev,size={cfg.work_mb}m,uid={uid},gid={uid},mode=0700",
-                   "/tmp": "rw,nosuid,nodev,size=64m,mode=1777"},
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], user=f"{cfg.idle_uid}:{cfg.idle_uid}",
-            volumes={job: {"bind": "/job", "mode": "ro"}}, working_dir=WORK, environment={},
+            cfg.image,
+            ["sh", "-c", _KEEPALIVE],
+            detach=True,
+            auto_remove=True,
+            init=True,
+            network_mode="none",
+            mem_limit=f"{cfg.memory_mb}m",
+            memswap_limit=f"{cfg.memory_mb}m",
+            pids_limit=cfg.pids_limit,
+            nano_cpus=int(cfg.cpus * 1e9),
+            read_only=True,
+            tmpfs={
+                WORK: f"rw,exec,nosuid,nodev,size={cfg.work_mb}m,uid={uid},gid={uid},mode=0700",
+                "/tmp": "rw,nosuid,nodev,size=64m,mode=1777",
+            },
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            user=f"{cfg.idle_uid}:{cfg.idle_uid}",
+            volumes={job: {"bind": "/job", "mode": "ro"}},
+            working_dir=WORK,
+            environment={},
             labels={LABEL: "1", f"{LABEL}.host": _HOST, f"{LABEL}.pid": str(os.getpid())},
         )
         return _Worker(container, job, uid)
@@ -222,8 +242,15 @@ class DockerSession(Session):
                 files[name] = f"f{i}_{j}"
             if spec.stdin:
                 write_file_nofollow(batch_dir, f"in{i}", spec.stdin)
-            steps.append({"argv": spec.argv, "limits": spec.limits.to_dict(), "files": files, "stdin": f"in{i}" if spec.stdin else None,
-                          "required": spec.required})
+            steps.append(
+                {
+                    "argv": spec.argv,
+                    "limits": spec.limits.to_dict(),
+                    "files": files,
+                    "stdin": f"in{i}" if spec.stdin else None,
+                    "required": spec.required,
+                }
+            )
         batch = {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}
         write_file_nofollow(batch_dir, "batch", encode_batch(batch))
         self.w.fresh = False
@@ -247,7 +274,9 @@ class DockerSession(Session):
         timer.start()
         report, pending, err = RunnerReport(), [], b""
         try:
-            ex = api.exec_create(cid, ["python3", "-I", "-S", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK)
+            ex = api.exec_create(
+                cid, ["python3", "-I", "-S", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK
+            )
             for out, e in api.exec_start(ex["Id"], stream=True, demux=True):
                 err = (err + e)[-8192:] if e else err
                 if not out:

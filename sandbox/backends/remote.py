@@ -1,6 +1,7 @@
 """Remote backend: judge on our own server (`python -m sandbox serve`, POST /judge), or on a
 SandboxFusion server through its `/run_code` API (one request per test; comparison stays here).
 """
+
 from __future__ import annotations
 
 import json

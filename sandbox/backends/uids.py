@@ -5,6 +5,7 @@ and the bwrap slot cgroups are named by uid, so two processes judging on one hos
 workers, two pytest runs) must never run submissions as the same uid. The kernel drops a flock
 when the last fd of its open file dies, so a crashed process frees its uids by itself.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -2,6 +2,7 @@
 
 Each returns None when the outputs match, else a short reason for the WA message.
 """
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ Calls `Solution().FN_NAME(*args)` (or a top-level FN_NAME when there is no Solut
 one JSON argument per stdin line, and prints the JSON of the return value, tuples as lists.
 The solution's own prints go to stderr so they cannot be mistaken for the result.
 """
+
 import json
 import os
 import sys

@@ -2,6 +2,7 @@
 
 Judges never start processes themselves: they hand RunSpecs to a backend session.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,7 +71,9 @@ def judge(
         raise ValueError(f"problem {prob.id!r} is functional (LeetCode-style), which is Python only; got {language!r}")
     be = get_backend(backend) if isinstance(backend, str) else backend
     if getattr(be, "name", "") == "remote" and be.protocol == "sandboxfusion" and prob.checker is not None:
-        raise ValueError(f"problem {prob.id!r} has a checker, which SandboxFusion's run_code cannot run; use our server")
+        raise ValueError(
+            f"problem {prob.id!r} has a checker, which SandboxFusion's run_code cannot run; use our server"
+        )
     try:
         if getattr(be, "name", "") == "remote":
             if be.protocol == "xrpo":
@@ -106,7 +109,9 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
         if v is None and prob.checker is None:
             msg = _compare(prob, i, r.stdout)
             v = Verdict.WA if msg else Verdict.AC
-        tests.append(TestResult(i, v if v is not None else Verdict.AC, r.cpu_s, r.wall_s, r.memory_mb, r.exit_code, msg or ""))
+        tests.append(
+            TestResult(i, v if v is not None else Verdict.AC, r.cpu_s, r.wall_s, r.memory_mb, r.exit_code, msg or "")
+        )
         if v is None:
             pending.append(i)
         if stop and v not in (None, Verdict.AC):
@@ -116,8 +121,9 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
     return _summary(tests, n, stop)
 
 
-def _compile_and_run(s, lang: Language, stem: str, source: bytes, limits: Limits, specs: list[RunSpec],
-                     stop: bool) -> tuple[str | None, list[RunResult]]:
+def _compile_and_run(
+    s, lang: Language, stem: str, source: bytes, limits: Limits, specs: list[RunSpec], stop: bool
+) -> tuple[str | None, list[RunResult]]:
     """Compile in the sandbox, then run specs, in one run_many (Docker: one exec for both).
     Returns the compiler's message and no runs on failure, else None and the runs."""
     files = {lang.source(stem): source}
@@ -125,7 +131,9 @@ def _compile_and_run(s, lang: Language, stem: str, source: bytes, limits: Limits
     if argv is None:
         specs = [dataclasses.replace(specs[0], files={**files, **specs[0].files}), *specs[1:]]
         return None, s.run_many(specs, stop_on_failure=stop)
-    runs = s.run_many([RunSpec(argv, limits, files=files, writable=lang.compile_writes, required=True), *specs], stop_on_failure=stop)
+    runs = s.run_many(
+        [RunSpec(argv, limits, files=files, writable=lang.compile_writes, required=True), *specs], stop_on_failure=stop
+    )
     r = runs[0]
     if r.status is RunStatus.ERROR:
         raise SandboxError(f"compiling: {r.message}")
@@ -133,7 +141,9 @@ def _compile_and_run(s, lang: Language, stem: str, source: bytes, limits: Limits
         return None, runs[1:]
     if r.status is RunStatus.TIMEOUT or r.cpu_s >= limits.cpu_s:
         return "compilation exceeded its time limit", []
-    return (r.stderr or r.stdout)[-2000:].decode(errors="replace") or f"compiler exited with {r.exit_code or r.signal}", []
+    return (r.stderr or r.stdout)[-2000:].decode(
+        errors="replace"
+    ) or f"compiler exited with {r.exit_code or r.signal}", []
 
 
 def _compare(prob: Problem, i: int, stdout: bytes) -> str | None:
@@ -149,17 +159,27 @@ def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[in
     could otherwise overwrite the checker in a shared work dir."""
     lang = get_language(prob.checker.language)
     order = list(outputs)  # one batch: distinct file names per test, so all fit in one work dir
-    specs = [RunSpec(lang.run_argv("checker") + [f"in{i}.txt", f"expected{i}.txt", f"out{i}.txt"], CHECKER_LIMITS,
-                     files={f"in{i}.txt": prob.tests[i].input.encode(), f"expected{i}.txt": prob.tests[i].output.encode(),
-                            f"out{i}.txt": outputs[i]})
-             for i in order]
+    specs = [
+        RunSpec(
+            lang.run_argv("checker") + [f"in{i}.txt", f"expected{i}.txt", f"out{i}.txt"],
+            CHECKER_LIMITS,
+            files={
+                f"in{i}.txt": prob.tests[i].input.encode(),
+                f"expected{i}.txt": prob.tests[i].output.encode(),
+                f"out{i}.txt": outputs[i],
+            },
+        )
+        for i in order
+    ]
     with be.session() as s:
         err, runs = _compile_and_run(s, lang, "checker", prob.checker.code.encode(), COMPILE_LIMITS, specs, stop)
     if err is not None:
         raise ValueError(f"problem {prob.id!r}: the checker does not compile: {err[:500]}")
     for i, r in zip(order, runs):
         if r.status not in (RunStatus.OK, RunStatus.EXITED):
-            raise SandboxError(f"checker of test {i} did not finish ({r.status.value}): {r.message or r.stderr[-200:]!r}")
+            raise SandboxError(
+                f"checker of test {i} did not finish ({r.status.value}): {r.message or r.stderr[-200:]!r}"
+            )
         if r.status is RunStatus.EXITED:
             tests[i].verdict = Verdict.WA
             tests[i].message = (r.stdout + r.stderr)[-300:].decode(errors="replace")
@@ -182,8 +202,14 @@ def _judge_sandboxfusion(prob: Problem, code: str, lang: Language, be, stop: boo
         code = HARNESS.decode() + f"\nmain({prob.fn_name!r}, {code!r})\n"
     tests = []
     for i, t in enumerate(prob.tests):
-        req = {"code": code, "language": lang.name, "stdin": t.input, "run_timeout": prob.time_limit_s,
-               "compile_timeout": COMPILE_LIMITS.cpu_s, "memory_limit_MB": prob.memory_mb + RUNTIME_SLACK_MB}
+        req = {
+            "code": code,
+            "language": lang.name,
+            "stdin": t.input,
+            "run_timeout": prob.time_limit_s,
+            "compile_timeout": COMPILE_LIMITS.cpu_s,
+            "memory_limit_MB": prob.memory_mb + RUNTIME_SLACK_MB,
+        }
         resp = be.post("/run_code", req)
         comp, run = resp.get("compile_result") or {}, resp.get("run_result") or {}
         if resp.get("status") == "SandboxError":
@@ -198,7 +224,9 @@ def _judge_sandboxfusion(prob: Problem, code: str, lang: Language, be, stop: boo
         else:
             msg = _compare(prob, i, out.encode())
             v = Verdict.WA if msg else Verdict.AC
-        tests.append(TestResult(i, v, 0.0, float(run.get("execution_time") or 0.0), 0.0, run.get("return_code"), msg or ""))
+        tests.append(
+            TestResult(i, v, 0.0, float(run.get("execution_time") or 0.0), 0.0, run.get("return_code"), msg or "")
+        )
         if stop and v is not Verdict.AC:
             break
     return _summary(tests, len(prob.tests), stop)

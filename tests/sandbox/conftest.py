@@ -3,6 +3,7 @@
 A backend's tests skip, with the reason, only when bubblewrap or a Docker daemon is genuinely
 absent here. The Docker image is built once (about 20 s) and reused while its label hash matches.
 """
+
 from __future__ import annotations
 
 import pytest

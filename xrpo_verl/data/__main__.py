@@ -67,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     families = sorted(PROMPT_FAMILIES)
 
     def common(p, out=True):
-        p.add_argument("--family", default="qwen", choices=families, help="model family whose answer-format instruction goes in the prompt")
+        p.add_argument(
+            "--family",
+            default="qwen",
+            choices=families,
+            help="model family whose answer-format instruction goes in the prompt",
+        )
         if out:
             p.add_argument("--out", required=True, help="output parquet path")
 
@@ -82,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_math)
 
     p = sub.add_parser("livecodebench", help="LiveCodeBench code_generation_lite")
-    p.add_argument("--version", default="release_v5", help="release_vN (cumulative), vN (that release only) or release_latest")
+    p.add_argument(
+        "--version", default="release_v5", help="release_vN (cumulative), vN (that release only) or release_latest"
+    )
     p.add_argument("--local-dir", help="directory holding test.jsonl ... test6.jsonl; default: the hub")
     p.add_argument("--tests", default="all", choices=["public", "private", "all"])
     p.add_argument("--start-date", help="only contests on or after this ISO date")

@@ -85,14 +85,20 @@ def lcb_problem(record: dict, tests: str, where: str) -> dict:
     }
 
 
-def convert_lcb_records(records: list[dict], split: str, family: str, tests: str = "all", progress: bool = True) -> list[dict]:
+def convert_lcb_records(
+    records: list[dict], split: str, family: str, tests: str = "all", progress: bool = True
+) -> list[dict]:
     rows = []
     for i, record in enumerate(tqdm(records, desc="livecodebench", disable=not progress, unit="problem")):
         where = f"livecodebench record {i} (question_id {record.get('question_id')!r})"
         if "question_id" not in record or "question_content" not in record:
             raise RowError(f"{where}: missing question_id or question_content (has {sorted(record)})")
         problem = lcb_problem(record, tests, where)
-        rows.append(code_row("livecodebench", split, i, record["question_content"], problem, record.get("starter_code") or "", family))
+        rows.append(
+            code_row(
+                "livecodebench", split, i, record["question_content"], problem, record.get("starter_code") or "", family
+            )
+        )
     return rows
 
 
@@ -131,7 +137,7 @@ def convert_lcb(
 CF_REPO = "open-r1/codeforces"
 
 # open-r1's generated checkers print 1 (or 100) to accept; the sandbox accepts on exit code 0.
-_CHECKER_ADAPTER = '''\
+_CHECKER_ADAPTER = """\
 import contextlib, io, sys
 SOURCE = __SOURCE__
 captured = io.StringIO()
@@ -142,7 +148,7 @@ with contextlib.redirect_stdout(captured):
         pass
 words = captured.getvalue().split()
 sys.exit(0 if words and words[-1] in ("1", "100") else 1)
-'''
+"""
 
 
 def adapt_checker(source: str) -> dict:

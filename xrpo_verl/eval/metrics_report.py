@@ -48,14 +48,16 @@ def benchmark_metrics(records: list[dict], k: int, embed=None) -> dict:
             if embed is not None:
                 logdets.append(logdet_diversity(embed(texts)))
     out = {f"pass@{kk}": float(np.mean(v)) for kk, v in passes.items()}
-    out.update({
-        "problems": len(records),
-        "k": k,
-        f"cons@{k}": float(np.mean(cons)) if cons else None,
-        "mean_length": mean_length(lengths),
-        "self_bleu": float(np.mean(bleus)) if bleus else None,
-        "logdet": float(np.mean(logdets)) if logdets else None,
-    })
+    out.update(
+        {
+            "problems": len(records),
+            "k": k,
+            f"cons@{k}": float(np.mean(cons)) if cons else None,
+            "mean_length": mean_length(lengths),
+            "self_bleu": float(np.mean(bleus)) if bleus else None,
+            "logdet": float(np.mean(logdets)) if logdets else None,
+        }
+    )
     return out
 
 
@@ -69,12 +71,27 @@ def markdown_table(results: dict[str, dict], model: str) -> str:
         return "–" if v is None else (f"{100 * v:.1f}" if pct else f"{v:.3g}")
 
     for name, m in results.items():
-        rows.append("| " + " | ".join([
-            name, str(m["problems"]), fmt(m["pass@1"]), fmt(m[f"pass@{k}"]), fmt(m[f"cons@{k}"]),
-            f"{m['mean_length']:.1f}", fmt(m["self_bleu"], False), fmt(m["logdet"], False)]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    name,
+                    str(m["problems"]),
+                    fmt(m["pass@1"]),
+                    fmt(m[f"pass@{k}"]),
+                    fmt(m[f"cons@{k}"]),
+                    f"{m['mean_length']:.1f}",
+                    fmt(m["self_bleu"], False),
+                    fmt(m["logdet"], False),
+                ]
+            )
+            + " |"
+        )
     rows.append("")
-    rows.append("pass@k and cons@k in %; mean length in generated tokens; Self-BLEU lower = more diverse; "
-                "LogDet (MiniLM) higher = more diverse.")
+    rows.append(
+        "pass@k and cons@k in %; mean length in generated tokens; Self-BLEU lower = more diverse; "
+        "LogDet (MiniLM) higher = more diverse."
+    )
     return "\n".join(rows) + "\n"
 
 

@@ -44,8 +44,9 @@ class PoolConfig:
         if self.num_prompts < 1:
             raise ValueError(f"num_prompts = {self.num_prompts!r} must be >= 1")
         if not (0 <= self.hard_frac and 0 <= self.easy_frac and self.hard_frac + self.easy_frac <= 1):
-            raise ValueError(f"hard_frac = {self.hard_frac!r} and easy_frac = {self.easy_frac!r} must be >= 0 "
-                             "and sum to at most 1")
+            raise ValueError(
+                f"hard_frac = {self.hard_frac!r} and easy_frac = {self.easy_frac!r} must be >= 0 and sum to at most 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,14 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if self.batch_prompts < 1 or self.steps < 1 or self.max_gen_batches < 1:
-            raise ValueError(f"batch_prompts, steps and max_gen_batches must be >= 1, got {self.batch_prompts}, "
-                             f"{self.steps}, {self.max_gen_batches}")
+            raise ValueError(
+                f"batch_prompts, steps and max_gen_batches must be >= 1, got {self.batch_prompts}, "
+                f"{self.steps}, {self.max_gen_batches}"
+            )
         if not 2 <= self.n_base <= self.n_avg <= self.n_max:
-            raise ValueError(f"need 2 <= n_base <= n_avg <= n_max, got n_base={self.n_base}, n_avg={self.n_avg}, "
-                             f"n_max={self.n_max}")
+            raise ValueError(
+                f"need 2 <= n_base <= n_avg <= n_max, got n_base={self.n_base}, n_avg={self.n_avg}, n_max={self.n_max}"
+            )
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def sample_pool(cfg: PoolConfig, rng: np.random.Generator) -> np.ndarray:
 def expected_informative_share(p: np.ndarray, n: int) -> float:
     """Uniform allocation, analytically: 1 - E_q[p^n + (1-p)^n] (a group is mixed unless all agree)."""
     p = np.asarray(p, dtype=np.float64)
-    return float(1.0 - np.mean(p ** n + (1.0 - p) ** n))
+    return float(1.0 - np.mean(p**n + (1.0 - p) ** n))
 
 
 def _stats(groups: list[np.ndarray], p: np.ndarray) -> StepStats:
@@ -124,8 +128,10 @@ def xrpo_step(p: np.ndarray, cfg: SimConfig, step: int, rng: np.random.Generator
     groups = [(rng.random(cfg.n_base) < pq).astype(np.float64) for pq in p]
     for budget in budgets[1:]:
         extra = planner.allocate(groups, budget, step=step, alpha=cfg.alpha, lam=cfg.lam, n_max=cfg.n_max)
-        groups = [np.concatenate([g, (rng.random(k) < pq).astype(np.float64)]) if k else g
-                  for g, k, pq in zip(groups, extra, p)]
+        groups = [
+            np.concatenate([g, (rng.random(k) < pq).astype(np.float64)]) if k else g
+            for g, k, pq in zip(groups, extra, p)
+        ]
     return _stats(groups, p)
 
 

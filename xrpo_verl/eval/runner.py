@@ -17,13 +17,28 @@ def score_samples(problem: Problem, samples, compute_score) -> list[dict]:
     out = []
     for s in samples:
         r = compute_score(problem.data_source, s.text, problem.ground_truth, problem.extra_info)
-        out.append({"text": s.text, "tokens": s.num_tokens, "score": float(r["score"]),
-                    "acc": float(r.get("acc", r["score"])), "pred": r.get("pred") or ""})
+        out.append(
+            {
+                "text": s.text,
+                "tokens": s.num_tokens,
+                "score": float(r["score"]),
+                "acc": float(r.get("acc", r["score"])),
+                "pred": r.get("pred") or "",
+            }
+        )
     return out
 
 
-def run_benchmark(name: str, problems: list[Problem], generator: Generator, sampling: SamplingConfig,
-                  out: Path, model: str, compute_score, batch_problems: int = 8) -> list[dict]:
+def run_benchmark(
+    name: str,
+    problems: list[Problem],
+    generator: Generator,
+    sampling: SamplingConfig,
+    out: Path,
+    model: str,
+    compute_score,
+    batch_problems: int = 8,
+) -> list[dict]:
     """Samples of every problem, resuming from `out/name/samples.jsonl`. Returns the records in problem order."""
     folder = out / name
     cache.check_meta(folder, {"model": model, "backend": generator.name, **dataclasses.asdict(sampling)})
@@ -32,12 +47,14 @@ def run_benchmark(name: str, problems: list[Problem], generator: Generator, samp
     for key, rec in done.items():
         match = next((p for p in problems if p.key == key), None)
         if match is None or rec["fingerprint"] != match.fingerprint:
-            raise ValueError(f"{path}: cached problem {key!r} is not in the benchmark as loaded now "
-                             "(the data changed); use a new --out folder or --overwrite")
+            raise ValueError(
+                f"{path}: cached problem {key!r} is not in the benchmark as loaded now "
+                "(the data changed); use a new --out folder or --overwrite"
+            )
     todo = [(i, p) for i, p in enumerate(problems) if p.key not in done]
     bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc=name, unit="problem")
     for start in range(0, len(todo), batch_problems):
-        chunk = todo[start:start + batch_problems]
+        chunk = todo[start : start + batch_problems]
         outputs = generator.generate([p.messages for _, p in chunk], [sampling.seed + i for i, _ in chunk])
         for (_, p), samples in zip(chunk, outputs, strict=True):
             record = {"key": p.key, "fingerprint": p.fingerprint, "samples": score_samples(p, samples, compute_score)}

@@ -89,8 +89,14 @@ def table(summary: dict, recipe: str, val_label: str = "greedy") -> str:
         (f"val accuracy before ({val_label})", fmt(summary["acc_before"])),
         (f"val accuracy after ({val_label})", fmt(summary["acc_after"])),
         ("train reward, first -> last step", f"{fmt(summary['reward_first'])} -> {fmt(summary['reward_last'])}"),
-        ("rollouts per prompt (mean / max)", f"{fmt(summary['rollouts_mean'], '.2f')} / {fmt(summary['rollouts_max'], '.0f')}"),
-        ("ICL flips / triggers (all-fail prompts)", f"{fmt(summary['icl_flips'], '.0f')} / {fmt(summary['icl_triggers'], '.0f')}"),
+        (
+            "rollouts per prompt (mean / max)",
+            f"{fmt(summary['rollouts_mean'], '.2f')} / {fmt(summary['rollouts_max'], '.0f')}",
+        ),
+        (
+            "ICL flips / triggers (all-fail prompts)",
+            f"{fmt(summary['icl_flips'], '.0f')} / {fmt(summary['icl_triggers'], '.0f')}",
+        ),
         ("novelty of correct responses (mean)", fmt(summary["novelty_mean"], ".4f")),
     ]
     width = max(len(k) for k, _ in rows)
@@ -104,9 +110,11 @@ def noise_note(summary: dict, num_samples: int) -> str:
     if p is None:
         return ""
     se = math.sqrt(p * (1 - p) / num_samples)  # binomial; samples of one problem correlate, so a lower bound
-    return (f"note: each val accuracy is a mean of {num_samples} samples (std. error >= {se:.3f}); a change "
-            f"below ~{2 * math.sqrt(2) * se:.2f} is noise. A few CPU steps on this 5M model show the pipeline "
-            f"running, not a converged comparison of methods.")
+    return (
+        f"note: each val accuracy is a mean of {num_samples} samples (std. error >= {se:.3f}); a change "
+        f"below ~{2 * math.sqrt(2) * se:.2f} is noise. A few CPU steps on this 5M model show the pipeline "
+        f"running, not a converged comparison of methods."
+    )
 
 
 def plot(metrics: dict[int, dict], path: Path, title: str, val_label: str = "greedy") -> Path:
@@ -120,7 +128,9 @@ def plot(metrics: dict[int, dict], path: Path, title: str, val_label: str = "gre
     ax.plot(steps, [metrics[s]["critic/score/mean"] for s in steps], marker="o", label="train reward (mean)")
     vals = [(s, val_acc(metrics[s])) for s in sorted(metrics) if val_acc(metrics[s]) is not None]
     if vals:
-        ax.plot([s for s, _ in vals], [v for _, v in vals], marker="s", linestyle="--", label=f"val accuracy ({val_label})")
+        ax.plot(
+            [s for s, _ in vals], [v for _, v in vals], marker="s", linestyle="--", label=f"val accuracy ({val_label})"
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("reward / accuracy")
     ax.set_ylim(0, 1)
@@ -135,13 +145,19 @@ def plot(metrics: dict[int, dict], path: Path, title: str, val_label: str = "gre
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default=None, help="recipes/cpu/<recipe>.yaml (default: xrpo if installed, else grpo)")
+    parser.add_argument(
+        "--recipe", default=None, help="recipes/cpu/<recipe>.yaml (default: xrpo if installed, else grpo)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="training steps")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="prompts per step (B)")
     parser.add_argument("--n", type=int, default=8, help="rollouts per prompt (GRPO n = XRPO n_avg)")
     parser.add_argument("--lr", type=float, default=2e-5, help="actor learning rate (1e-4 made the tiny model forget)")
-    parser.add_argument("--val-samples", type=int, default=4,
-                        help="k samples per val problem at the training temperature (1: greedy); RL optimises the sampled policy")
+    parser.add_argument(
+        "--val-samples",
+        type=int,
+        default=4,
+        help="k samples per val problem at the training temperature (1: greedy); RL optimises the sampled policy",
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="output directory")
     args = parser.parse_args(argv)
     recipe = args.recipe or default_recipe()
@@ -160,17 +176,30 @@ def main(argv: list[str] | None = None) -> int:
     train = arith.write_parquet(out / "data" / "train.parquet", 512, seed=11, split="train")
     val = arith.write_parquet(out / "data" / "val.parquet", VAL_PROBLEMS, seed=12, split="test")
 
-    print(f"[3/4] {recipe} on CPU through verl's main_ppo: {args.steps} steps x {args.prompts_per_step} prompts x n={args.n}", flush=True)
+    print(
+        f"[3/4] {recipe} on CPU through verl's main_ppo: "
+        f"{args.steps} steps x {args.prompts_per_step} prompts x n={args.n}",
+        flush=True,
+    )
     run = launch.CpuRun(
-        str(model_dir), str(train), str(val), str(out), steps=args.steps, prompts_per_step=args.prompts_per_step,
-        n=args.n, lr=args.lr,
+        str(model_dir),
+        str(train),
+        str(val),
+        str(out),
+        steps=args.steps,
+        prompts_per_step=args.prompts_per_step,
+        n=args.n,
+        lr=args.lr,
     )
     extra = ["trainer.val_before_train=True", f"trainer.test_freq={args.steps}"]
     val_label = "greedy"
     if args.val_samples > 1:
         val_label = f"T=1, mean of {args.val_samples} samples"
-        extra += ["actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
-                  f"actor_rollout_ref.rollout.val_kwargs.n={args.val_samples}"]
+        extra += [
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+            f"actor_rollout_ref.rollout.val_kwargs.n={args.val_samples}",
+        ]
     result = launch.launch(run, recipe, extra, echo=True, timeout_s=1800)
     if result.returncode != 0:
         print(f"training failed (exit {result.returncode}); last lines of {out / 'trainer.log'}:", file=sys.stderr)

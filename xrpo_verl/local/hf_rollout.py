@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import ray
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig
-
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
@@ -147,7 +146,9 @@ class HFServer:
         self._worker: asyncio.Task | None = None
 
     # ---- generation ----------------------------------------------------------------------
-    async def generate(self, prompt_ids, sampling_params: dict, request_id: str, image_data=None, video_data=None, **kwargs) -> TokenOutput:
+    async def generate(
+        self, prompt_ids, sampling_params: dict, request_id: str, image_data=None, video_data=None, **kwargs
+    ) -> TokenOutput:
         if image_data is not None or video_data is not None:
             raise ValueError("the hf rollout backend serves text only; got image_data/video_data")
         prompt_ids = [int(t) for t in prompt_ids]
@@ -190,7 +191,9 @@ class HFServer:
                     for request, result in zip(chunk, results, strict=True):
                         request.future.set_result(result)
 
-    def _generate_batch(self, settings: SamplingSettings, requests: list[_Request]) -> list[tuple[list[int], list[float]]]:
+    def _generate_batch(
+        self, settings: SamplingSettings, requests: list[_Request]
+    ) -> list[tuple[list[int], list[float]]]:
         """One left-padded `generate` for B requests; per-token log-probs of the sampled tokens.
 
         Log-probs are log_softmax of HF's processed scores (after temperature/top-k/top-p), i.e.

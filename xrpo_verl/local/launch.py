@@ -51,7 +51,9 @@ class CpuRun:
 
     def __post_init__(self):
         if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
-            raise ValueError(f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}")
+            raise ValueError(
+                f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}"
+            )
 
     @property
     def metrics_path(self) -> Path:
@@ -246,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.out) / "data"
     train = arith.write_parquet(data / "train.parquet", 512, seed=11, split="train")
     val = arith.write_parquet(data / "val.parquet", 64, seed=12, split="test")
-    run = CpuRun(str(model), str(train), str(val), args.out, steps=args.steps, prompts_per_step=args.prompts_per_step, n=args.n)
+    run = CpuRun(
+        str(model), str(train), str(val), args.out, steps=args.steps, prompts_per_step=args.prompts_per_step, n=args.n
+    )
     result = launch(run, args.recipe, args.overrides, echo=True)
     print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
     return result.returncode

@@ -191,7 +191,10 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
         sched.step()
         losses.append(loss.item())
         if log_every and (step + 1) % log_every == 0:
-            print(f"  warm-up step {step + 1}/{config.sft_steps} loss {loss.item():.3f} ({time.time() - start:.0f}s)", flush=True)
+            print(
+                f"  warm-up step {step + 1}/{config.sft_steps} loss {loss.item():.3f} ({time.time() - start:.0f}s)",
+                flush=True,
+            )
     model.eval()
     return losses
 
@@ -245,8 +248,11 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     if verbose:
-        print(f"tiny model: {meta['num_parameters'] / 1e6:.2f}M params, greedy accuracy {accuracy:.2f}, "
-              f"{meta['build_seconds']}s", flush=True)
+        print(
+            f"tiny model: {meta['num_parameters'] / 1e6:.2f}M params, greedy accuracy {accuracy:.2f}, "
+            f"{meta['build_seconds']}s",
+            flush=True,
+        )
     return out
 
 
@@ -254,7 +260,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of corpus, init and warm-up")
     parser.add_argument("--sft-steps", type=int, default=TinyModelConfig.sft_steps, help="warm-up steps")
-    parser.add_argument("--root", type=Path, default=None, help="cache root (default: $XRPO_VERL_CACHE or ~/.cache/xrpo_verl)")
+    parser.add_argument(
+        "--root", type=Path, default=None, help="cache root (default: $XRPO_VERL_CACHE or ~/.cache/xrpo_verl)"
+    )
     args = parser.parse_args(argv)
     print(build(TinyModelConfig(seed=args.seed, sft_steps=args.sft_steps), root=args.root))
 

@@ -57,7 +57,9 @@ class CodeRewardConfig:
         if self.retry_backoff_s < 0:
             raise ValueError(f"retry_backoff_s must be >= 0, got {self.retry_backoff_s}")
         if (self.backend == "remote") != (self.url is not None):
-            raise ValueError(f"url is required with backend='remote' and only then; got backend={self.backend!r}, url={self.url!r}")
+            raise ValueError(
+                f"url is required with backend='remote' and only then; got backend={self.backend!r}, url={self.url!r}"
+            )
 
     def sandbox_backend(self) -> object:
         """What `sandbox.judge` takes: the name, or for remote a shared client for `url`."""
@@ -69,7 +71,7 @@ class CodeRewardConfig:
 DEFAULT_CONFIG = CodeRewardConfig()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _remote_backend(url: str, protocol: str):
     from sandbox import get_backend
 

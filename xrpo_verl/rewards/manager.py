@@ -72,7 +72,8 @@ class XrpoRewardConfig:
                 raise ValueError(f"overlong_buffer_cfg.len must be > 0 when enabled, got {self.overlong.len}")
             if self.max_resp_len is None or self.max_resp_len < self.overlong.len:
                 raise ValueError(
-                    f"max_resp_len ({self.max_resp_len}) must be set and >= overlong_buffer_cfg.len ({self.overlong.len})"
+                    f"max_resp_len ({self.max_resp_len}) must be set and "
+                    f">= overlong_buffer_cfg.len ({self.overlong.len})"
                 )
 
 
@@ -149,7 +150,9 @@ class XrpoRewardManager(RewardManagerBase):
         self._executor = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="xrpo-reward")
 
     async def _score(self, data_source, solution_str, ground_truth, extra_info) -> dict:
-        kwargs = dict(data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info)
+        kwargs = dict(
+            data_source=data_source, solution_str=solution_str, ground_truth=ground_truth, extra_info=extra_info
+        )
         loop = asyncio.get_running_loop()
         semaphore = self._semaphores.setdefault(loop, asyncio.Semaphore(self.settings.max_concurrency))
         async with semaphore:

@@ -27,7 +27,7 @@ class MathRewardConfig:
     answer_formats: tuple[str, ...] = ("boxed",)
     """answer formats tried in order: boxed | answer_tag | hash | answer_line (default: \\boxed{}, as in our prompts)"""
     timeout_s: float = 10.0
-    """wall-clock limit for one parse+verify of a response, seconds (our choice; math-verify's own default is 5 s per step)"""
+    """wall-clock limit for one parse+verify of a response, seconds (ours; math-verify's default is 5 s a step)"""
     num_workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
     """math-verify worker processes per scoring process (default: min(4, CPUs))"""
 

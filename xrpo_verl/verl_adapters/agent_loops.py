@@ -51,8 +51,14 @@ def replace_user_turn(messages: list[dict], new_text: str) -> list[dict]:
 class _RedirectingClient:
     """Wraps the LLM client: generate from other prompt ids and/or prepend a forced prefix to the output."""
 
-    def __init__(self, inner, *, prompt_ids: list[int] | None = None, prefix_ids: list[int] | None = None,
-                 max_new_tokens: int | None = None):
+    def __init__(
+        self,
+        inner,
+        *,
+        prompt_ids: list[int] | None = None,
+        prefix_ids: list[int] | None = None,
+        max_new_tokens: int | None = None,
+    ):
         self._inner = inner
         self._prompt_ids = prompt_ids
         self._prefix = list(prefix_ids or [])

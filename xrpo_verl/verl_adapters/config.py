@@ -135,7 +135,7 @@ def _check_budget(xrpo: XRPOConfig, rollout_n: int) -> None:
         )
 
 
-def _check_rollout_features(s: "PluginSettings") -> None:
+def _check_rollout_features(s: PluginSettings) -> None:
     if s.use_icl and not s.use_planner:
         raise ValueError(
             "algorithm.xrpo.icl.enable=true needs the planner rounds (algorithm.xrpo.planner.enable=true): ICL rows "
@@ -168,14 +168,19 @@ def check_embedder_available(where: str, embedder_cfg: Any) -> None:
         if not os.path.isdir(str(path)):
             raise ValueError(f"{where}.model is null but the bundled MiniLM directory {path!r} does not exist.")
         return
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get("TRANSFORMERS_OFFLINE", "0") not in ("", "0")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
+        "TRANSFORMERS_OFFLINE", "0"
+    ) not in ("", "0")
     looks_local = os.path.isabs(model) or model.startswith(".") or os.path.exists(model)
     if looks_local and not os.path.isdir(model):
         raise ValueError(f"{where}.model={model!r} is not a directory holding a sentence-transformers model.")
     if not looks_local and offline:
         from huggingface_hub import try_to_load_from_cache
 
-        if try_to_load_from_cache(model, "config.json") is None and try_to_load_from_cache(model, "modules.json") is None:
+        if (
+            try_to_load_from_cache(model, "config.json") is None
+            and try_to_load_from_cache(model, "modules.json") is None
+        ):
             raise ValueError(
                 f"{where}.model={model!r} is a hub name, the hub is offline (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE) "
                 "and it is not in the local cache; set a local path or null for the bundled MiniLM."

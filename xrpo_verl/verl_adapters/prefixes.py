@@ -44,8 +44,13 @@ def queue_prefixes(trainer, view) -> int:
         a = idx[prefix_lib.select_anchor(mte.tolist())]
         length = int(view.responses[a].numel())
         tokens = view.responses[a][:length].tolist()
-        bounds = [b for b in prefix_lib.step_boundaries(tokens, trainer._xrpo_newlines, min_gap=cfg.min_gap,
-                                                        max_candidates=cfg.max_candidates) if b <= max_len]
+        bounds = [
+            b
+            for b in prefix_lib.step_boundaries(
+                tokens, trainer._xrpo_newlines, min_gap=cfg.min_gap, max_candidates=cfg.max_candidates
+            )
+            if b <= max_len
+        ]
         if not bounds:
             continue
         entropies = prefix_lib.prefix_mean_entropies(view.entropy[a, :length].numpy(), bounds)

@@ -108,8 +108,11 @@ def with_plugin_columns(
 
 def dataset_row(row: dict[str, Any]) -> dict[str, Any]:
     """The dataset part of a row (plugin columns and uid removed), deep-copied for storage."""
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-            for k, v in row.items() if k not in PLUGIN_COLUMNS and k != "uid"}
+    return {
+        k: (v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        for k, v in row.items()
+        if k not in PLUGIN_COLUMNS and k != "uid"
+    }
 
 
 def guided_row(template: dict[str, Any], stored: dict[str, Any], *, uid: str) -> dict[str, Any]:
@@ -122,7 +125,9 @@ def guided_row(template: dict[str, Any], stored: dict[str, Any], *, uid: str) ->
     wanted = set(template) - set(PLUGIN_COLUMNS) - {"uid"}
     missing = sorted(wanted - set(stored))
     if missing:
-        raise ValueError(f"guided prompt {uid} lacks dataset columns {missing}; refusing to inherit them from another row")
+        raise ValueError(
+            f"guided prompt {uid} lacks dataset columns {missing}; refusing to inherit them from another row"
+        )
     out = {k: (stored[k].clone() if isinstance(stored[k], torch.Tensor) else copy.deepcopy(stored[k])) for k in wanted}
     out["uid"] = uid
     return out

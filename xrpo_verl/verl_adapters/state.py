@@ -56,8 +56,13 @@ class PluginState:
         if s.use_icl:
             from xrpo_verl.icl import ICLCorpus
 
-            self.corpus = ICLCorpus(_LazyEmbedder(self.icl_embedder), per_prompt=s.xrpo.icl.per_prompt,
-                                    keep=s.xrpo.icl.keep, index=s.xrpo.embedder.index, use_gpu=s.xrpo.embedder.use_gpu)
+            self.corpus = ICLCorpus(
+                _LazyEmbedder(self.icl_embedder),
+                per_prompt=s.xrpo.icl.per_prompt,
+                keep=s.xrpo.icl.keep,
+                index=s.xrpo.embedder.index,
+                use_gpu=s.xrpo.embedder.use_gpu,
+            )
         if s.use_novelty:
             from xrpo_verl.novelty import NoveltyMemory
 
@@ -100,7 +105,9 @@ class PluginState:
 
     def load_state_dict(self, d: dict) -> None:
         if d.get("version") != STATE_VERSION:
-            raise ValueError(f"xrpo plugin state version {d.get('version')!r} is not supported (expected {STATE_VERSION})")
+            raise ValueError(
+                f"xrpo plugin state version {d.get('version')!r} is not supported (expected {STATE_VERSION})"
+            )
         for name, component in self._components().items():
             saved = d["components"].get(name)
             if component is None:

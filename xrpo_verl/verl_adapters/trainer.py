@@ -133,9 +133,16 @@ class XrpoTrainer(PPOTrainerSync):
             self._xrpo_step_rows = {r["uid"]: r for r in base}  # source rows of this step's guided prompts
             for (gp, stored), template in zip(guided, rows[keep:], strict=True):
                 g = R.guided_row(template, stored, uid=gp.uid)
-                submit.append(R.with_plugin_columns(
-                    g, kind="guided", rollout_n=s.extra.prefix.n_suffix, agent_name=PREFIX_AGENT,
-                    prefix_ids=gp.prefix_ids, key=gp.original_prompt_id))
+                submit.append(
+                    R.with_plugin_columns(
+                        g,
+                        kind="guided",
+                        rollout_n=s.extra.prefix.n_suffix,
+                        agent_name=PREFIX_AGENT,
+                        prefix_ids=gp.prefix_ids,
+                        key=gp.original_prompt_id,
+                    )
+                )
             self._xrpo_plugin_s += time.perf_counter() - tic
             with marked_timer("xrpo_round_0", self.timing_raw):
                 self._xrpo_submit_and_wait(submit, scalars)
@@ -162,8 +169,9 @@ class XrpoTrainer(PPOTrainerSync):
             rewards = self._xrpo_session_rewards(set(uids))
             lists = [list(rewards.get(u, {}).values()) or [0.0] for u in uids]
             step_t = self.global_steps if p.step_source == "global_step" else sum(counts.values())
-            kw = dict(step=step_t, alpha=p.alpha, lam=p.lam, bonus=p.bonus_form, k=p.shrink_steps,
-                      smoothed_std=p.smoothed_std)
+            kw = dict(
+                step=step_t, alpha=p.alpha, lam=p.lam, bonus=p.bonus_form, k=p.shrink_steps, smoothed_std=p.smoothed_std
+            )
             diag = planner.priority_diagnostics(lists, **kw)
             ks = planner.allocate(lists, budget, n_max=p.n_max, **kw)
             submit = []
@@ -178,10 +186,17 @@ class XrpoTrainer(PPOTrainerSync):
                         icl_uids.add(u)
                         icl_sessions[u].append(range(counts[u], counts[u] + k))
                         sims.append(sim)
-                submit.append(R.with_plugin_columns(
-                    row, kind="icl" if icl_text else "round", rollout_n=k,
-                    agent_name=ICL_AGENT if icl_text else default_agent, offset=counts[u], icl_prompt=icl_text,
-                    key=row[R.COL_PROMPT_KEY]))
+                submit.append(
+                    R.with_plugin_columns(
+                        row,
+                        kind="icl" if icl_text else "round",
+                        rollout_n=k,
+                        agent_name=ICL_AGENT if icl_text else default_agent,
+                        offset=counts[u],
+                        icl_prompt=icl_text,
+                        key=row[R.COL_PROMPT_KEY],
+                    )
+                )
                 counts[u] += k
             self._xrpo_plugin_s += time.perf_counter() - tic
             out.update(self._planner_metrics(r, ks, diag))
@@ -231,8 +246,9 @@ class XrpoTrainer(PPOTrainerSync):
 
         icl = self.xrpo_settings.xrpo.icl
         text = R.user_text(row["raw_prompt"])
-        examples = self.xrpo_state.corpus.retrieve(row[R.COL_PROMPT_KEY], text, k=icl.k,
-                                                   min_similarity=icl.min_similarity)
+        examples = self.xrpo_state.corpus.retrieve(
+            row[R.COL_PROMPT_KEY], text, k=icl.k, min_similarity=icl.min_similarity
+        )
         if not examples:
             return "", "no_examples"
         tok = self.tokenizer
@@ -241,11 +257,15 @@ class XrpoTrainer(PPOTrainerSync):
             return len(tok.encode(t, add_special_tokens=False))
 
         rendered = render_icl_prompt(
-            examples, text, count_tokens=count,
+            examples,
+            text,
+            count_tokens=count,
             truncate=lambda t, n: tok.decode(tok.encode(t, add_special_tokens=False)[:n]),
             max_example_tokens=icl.max_example_tokens,
-            max_prompt_tokens=icl.max_prompt_tokens or icl_token_budget(tok, row["raw_prompt"], text, count,
-                                                                        int(self.config.actor_rollout_ref.rollout.prompt_length)),
+            max_prompt_tokens=icl.max_prompt_tokens
+            or icl_token_budget(
+                tok, row["raw_prompt"], text, count, int(self.config.actor_rollout_ref.rollout.prompt_length)
+            ),
         )
         if rendered == text:  # zero-shot fallback: the examples did not fit
             return "", "no_fit"
@@ -266,7 +286,9 @@ class XrpoTrainer(PPOTrainerSync):
             if stored is None:
                 raise RuntimeError(f"guided prompt {gp.uid} has no stored dataset row; plugin state is inconsistent")
             if stored["reward_model"]["ground_truth"] != gp.ground_truth or stored["data_source"] != gp.data_source:
-                raise RuntimeError(f"guided prompt {gp.uid}: stored row and queue entry disagree on ground truth/source")
+                raise RuntimeError(
+                    f"guided prompt {gp.uid}: stored row and queue entry disagree on ground truth/source"
+                )
             out.append((gp, stored))
         return out
 
@@ -310,14 +332,24 @@ class XrpoTrainer(PPOTrainerSync):
         if s.adv_estimator == "grpo":
             batch = super()._compute_advantage(batch, metrics)  # verl's own GRPO, untouched
         tic = time.perf_counter()
-        fields = ["uid", "response_mask", "rm_scores", "old_log_probs", "responses", "raw_prompt",
-                  R.COL_KIND, R.COL_PROMPT_KEY]
+        fields = [
+            "uid",
+            "response_mask",
+            "rm_scores",
+            "old_log_probs",
+            "responses",
+            "raw_prompt",
+            R.COL_KIND,
+            R.COL_PROMPT_KEY,
+        ]
         if s.use_prefix:
             fields += ["entropy", "prompts"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         missing = sorted(set(fields) - set(data.keys()))
         if missing:
-            raise RuntimeError(f"TransferQueue rows lack fields {missing}; some rows were not submitted by the xrpo trainer")
+            raise RuntimeError(
+                f"TransferQueue rows lack fields {missing}; some rows were not submitted by the xrpo trainer"
+            )
         view = BatchView.from_tq(data, batch.tags)
         if s.adv_estimator != "grpo":
             # kv_batch_put returns the meta that lists the new fields; later stages read that list.
@@ -338,13 +370,19 @@ class XrpoTrainer(PPOTrainerSync):
             metrics["xrpo/novelty/memory_prompts"] = float(len(self.xrpo_state.novelty))
             if s.extra.novelty.placement == "before_norm":
                 gate = self._xrpo_variance_gate(view)
-        inputs = XrpoAdvantageInputs(seq_logp_mean=view.seq_logp_mean, correct=view.correct, novelty=novelty,
-                                     gate=gate)
+        inputs = XrpoAdvantageInputs(seq_logp_mean=view.seq_logp_mean, correct=view.correct, novelty=novelty, gate=gate)
         fn = get_adv_estimator_fn(s.adv_estimator)
-        adv, ret = fn(token_level_rewards=view.rm_scores, response_mask=view.mask, index=np.array(view.uids, dtype=object),
-                      config=self.config.algorithm, xrpo_inputs=inputs)
-        out = TensorDict({"advantages": response_to_nested(adv, nested_mask), "returns": response_to_nested(ret, nested_mask)},
-                         batch_size=len(batch))
+        adv, ret = fn(
+            token_level_rewards=view.rm_scores,
+            response_mask=view.mask,
+            index=np.array(view.uids, dtype=object),
+            config=self.config.algorithm,
+            xrpo_inputs=inputs,
+        )
+        out = TensorDict(
+            {"advantages": response_to_nested(adv, nested_mask), "returns": response_to_nested(ret, nested_mask)},
+            batch_size=len(batch),
+        )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
         valid_adv = adv.sum(-1)[view.valid] / view.mask.sum(-1).clamp(min=1)[view.valid]
         metrics["xrpo/adv/seq_mean"] = float(valid_adv.mean()) if len(valid_adv) else 0.0
@@ -366,8 +404,10 @@ class XrpoTrainer(PPOTrainerSync):
         novelty = torch.zeros(len(view.uids), dtype=torch.float32)
         if idx.size == 0:
             return novelty
-        tails = [self.tokenizer.decode(view.responses[i][-nov_cfg.tail_tokens:].tolist(), skip_special_tokens=True)
-                 for i in idx]
+        tails = [
+            self.tokenizer.decode(view.responses[i][-nov_cfg.tail_tokens :].tolist(), skip_special_tokens=True)
+            for i in idx
+        ]
         emb = self.xrpo_state.extra_embedder().encode(tails)
         keys = [view.keys[i] for i in idx]
         scores = self.xrpo_state.novelty.score(keys, emb, view.correct[idx].numpy())
@@ -386,9 +426,13 @@ class XrpoTrainer(PPOTrainerSync):
                     continue
                 seen.add(key)
                 resp = view.responses[i]
-                self.xrpo_state.corpus.add(key, R.user_text(view.raw_prompts[i]),
-                                           self.tokenizer.decode(resp.tolist(), skip_special_tokens=True),
-                                           step=self.global_steps, num_tokens=int(resp.numel()))
+                self.xrpo_state.corpus.add(
+                    key,
+                    R.user_text(view.raw_prompts[i]),
+                    self.tokenizer.decode(resp.tolist(), skip_special_tokens=True),
+                    step=self.global_steps,
+                    num_tokens=int(resp.numel()),
+                )
                 added += 1
             metrics["xrpo/icl/corpus_added"] = added
             metrics["xrpo/icl/corpus_size"] = len(self.xrpo_state.corpus)
@@ -422,8 +466,11 @@ class XrpoTrainer(PPOTrainerSync):
         if self.global_steps == 0:
             return
         t = self.config.trainer
-        folder = t.resume_from_path if t.resume_mode == "resume_path" else os.path.join(
-            t.default_local_dir, f"global_step_{self.global_steps}")
+        folder = (
+            t.resume_from_path
+            if t.resume_mode == "resume_path"
+            else os.path.join(t.default_local_dir, f"global_step_{self.global_steps}")
+        )
         if not os.path.isabs(folder):
             folder = os.path.join(os.getcwd(), folder)
         self.xrpo_state.load(folder)
@@ -447,8 +494,9 @@ def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
 class BatchView:
     """The step's trajectories as dense tensors and lists (B rows, T = longest response)."""
 
-    def __init__(self, *, uids, keys, kinds, raw_prompts, responses, prompts, entropy, mask, rm_scores,
-                 old_log_probs, valid):
+    def __init__(
+        self, *, uids, keys, kinds, raw_prompts, responses, prompts, entropy, mask, rm_scores, old_log_probs, valid
+    ):
         self.uids, self.keys, self.kinds, self.raw_prompts = uids, keys, kinds, raw_prompts
         self.responses = responses  # list of (T_i,) int64, full response (guided: prefix + suffix)
         self.prompts = prompts  # list of (P_i,) int64 or None

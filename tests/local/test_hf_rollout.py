@@ -1,0 +1,90 @@
+"""The `hf` rollout server: verl's budget and sampling conventions, batched generate, weight sync."""
+
+import asyncio
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
+
+from xrpo_verl.local.hf_rollout import HFServer, SamplingSettings, max_new_tokens, trim_response
+
+
+# ---- pure helpers -----------------------------------------------------------------------------
+def test_max_new_tokens_follows_vllm_budget_rule():
+    # min(response_length, prompt_length + response_length - |prompt|), clamped to [1, room]
+    assert max_new_tokens(10, prompt_length=64, response_length=16, max_model_len=80) == 16
+    assert max_new_tokens(70, prompt_length=64, response_length=16, max_model_len=80) == 10
+    assert max_new_tokens(79, prompt_length=64, response_length=16, max_model_len=80) == 1
+    with pytest.raises(ValueError, match="no room"):
+        max_new_tokens(80, prompt_length=64, response_length=16, max_model_len=80)
+
+
+def test_sampling_settings_translate_verl_conventions():
+    s = SamplingSettings.from_verl({"temperature": 0.7, "top_k": -1, "top_p": 0.9})
+    assert (s.do_sample, s.temperature, s.top_k, s.top_p) == (True, 0.7, 0, 0.9)
+    greedy = SamplingSettings.from_verl({"temperature": 0, "top_k": 5})
+    assert (greedy.do_sample, greedy.top_k) == (False, 5)
+    for bad, field in [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k")]:
+        with pytest.raises(ValueError, match=field):
+            SamplingSettings.from_verl(bad)
+
+
+def test_trim_response_keeps_first_eos_and_budget():
+    assert trim_response([5, 6, 2, 7, 2], max_tokens=10, eos_ids={2}) == 3
+    assert trim_response([5, 6, 7, 8], max_tokens=2, eos_ids={2}) == 2
+    assert trim_response([5, 6], max_tokens=4, eos_ids={2}) == 2
+
+
+# ---- the hf server on a real (micro) Qwen2 -------------------------------------------------------
+def _prompt_ids(tok, question):
+    text = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False)
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _forward_logps(model, prompt, response):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0]
+    logps = torch.log_softmax(logits[len(prompt) - 1 : -1].float(), -1)
+    return logps.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_batched_generate_returns_forward_pass_logprobs(micro_model_dir):
+    """Concurrent requests of different prompt lengths share one left-padded generate call, and
+    each returned log-prob equals the unpadded forward pass of that sequence (T=1, no warpers)."""
+    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=12, max_model_len=76, max_batch=64)
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    prompts = [_prompt_ids(tok, q) for q in ("1+2=?", "9-3=?", "4+4=?")]
+    prompts.append(prompts[0] + prompts[1])  # a longer prompt forces left padding
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+    async def run_all():
+        return await asyncio.gather(
+            *[server.generate(p, dict(params), request_id=str(i)) for i, p in enumerate(prompts)]
+        )
+
+    torch.manual_seed(0)
+    outputs = asyncio.run(run_all())
+    assert server.stats() == {"generate_calls": 1, "requests": 4}
+    for prompt, out in zip(prompts, outputs, strict=True):
+        assert 1 <= len(out.token_ids) <= 12 and len(out.log_probs) == len(out.token_ids)
+        ref = _forward_logps(server.model, prompt, out.token_ids)
+        assert torch.allclose(torch.tensor(out.log_probs), ref, atol=1e-4), (out.log_probs, ref.tolist())
+
+
+def test_weight_update_replaces_the_policy(micro_model_dir):
+    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=8, max_model_len=72, max_batch=8)
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    prompt = _prompt_ids(tok, "2+5=?")
+    torch.manual_seed(1)
+    other = Qwen2ForCausalLM(server.model.config).eval()  # different random weights, same shapes
+    # named_parameters() would drop the tied lm_head alias; the server takes the full state dict.
+    assert server.update_weights_from_state_dict(other.state_dict(), global_steps=3) == len(other.state_dict())
+    out = asyncio.run(server.generate(prompt, {"temperature": 1.0, "logprobs": True}, request_id="a"))
+    assert out.extra_fields["global_steps"] == 3
+    assert torch.allclose(torch.tensor(out.log_probs), _forward_logps(other, prompt, out.token_ids), atol=1e-4)
+    original = AutoModelForCausalLM.from_pretrained(micro_model_dir).eval()
+    assert not torch.allclose(torch.tensor(out.log_probs), _forward_logps(original, prompt, out.token_ids), atol=1e-3)
+    with pytest.raises(ValueError, match="not in the rollout model"):
+        server.update_weights_from_state_dict({"no.such.weight": torch.zeros(1)})
+    with pytest.raises(ValueError, match="shape"):
+        server.update_weights_from_state_dict({"model.norm.weight": torch.zeros(3)})

@@ -1,0 +1,83 @@
+"""The CPU switch and the shims' targets in the installed verl."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+# ---- the CPU switch ----------------------------------------------------------------------------
+_PROBE = """
+import json, verl
+from verl.plugin.platform import PlatformRegistry
+from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+import verl.utils.distributed as d
+print(json.dumps({"cpu_platform": "cpu" in PlatformRegistry.registered_names(),
+                  "hf_replica": "hf" in RolloutReplicaRegistry._registry,
+                  "hf_adapter": ("hf", "async") in _ROLLOUT_REGISTRY,
+                  "gloo_patch": getattr(d.initialize_global_process_group_ray, "_xrpo_cpu", False)}))
+"""
+
+
+@pytest.mark.parametrize("switch,expected", [("0", False), ("1", True)])
+def test_cpu_switch_controls_every_registration(switch, expected):
+    """Off: `import verl` (which loads our entry point) leaves verl untouched. On: all in place."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES")
+    }
+    env["XRPO_VERL_CPU"] = switch
+    if switch == "1":  # as launch.cpu_env does: independent of the other plugin modules importing
+        env["VERL_USE_EXTERNAL_MODULES"] = "xrpo_verl.local.register"
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    flags = json.loads(out.stdout.strip().splitlines()[-1])
+    assert flags == {k: expected for k in flags}
+
+
+def test_cpu_switch_rejects_unknown_values(monkeypatch):
+    from xrpo_verl.local import register
+
+    monkeypatch.setenv("XRPO_VERL_CPU", "yes")
+    with pytest.raises(ValueError, match="XRPO_VERL_CPU='yes'"):
+        register.cpu_enabled()
+
+
+def test_shim_targets_exist_in_installed_verl():
+    """Each shim patches a verl 0.9.1 internal by name; fail loudly if one moved."""
+    import verl
+    import verl.utils.distributed as dist_utils
+    import verl.utils.fsdp_utils as fsdp_utils
+    import verl.utils.import_utils as import_utils
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.workers.engine.base import EngineRegistry
+    from verl.workers.engine.fsdp import transformer_impl
+
+    assert verl.__version__ == "0.9.1"
+    assert callable(dist_utils.initialize_global_process_group_ray)
+    assert fsdp_utils.CPUOffloadPolicy is not None and transformer_impl.CPUOffloadPolicy is not None
+    assert callable(import_utils.is_trl_available)
+    assert callable(ReplayBuffer._wait_for_next_poll)
+    assert ("cuda", "nvidia") in EngineRegistry._engines["language_model"][
+        "fsdp2"
+    ] or "cuda" in EngineRegistry._engines["language_model"]["fsdp2"]
+
+
+def test_cpu_device_module_reports_a_string_name_and_rejects_unknown_calls():
+    from xrpo_verl.local.shims import CpuDeviceModule
+
+    dev = CpuDeviceModule()
+    assert dev.get_device_name() == "CPU"  # flops_counter does `key in device_name`
+    assert dev.is_available() and dev.device_count() == 1
+    free, total = dev.mem_get_info()
+    assert 0 < free <= total
+    state = dev.get_rng_state()
+    a = torch.rand(3)
+    dev.set_rng_state(state)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(AttributeError, match="no_such_call"):
+        dev.no_such_call()

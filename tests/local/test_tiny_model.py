@@ -1,0 +1,35 @@
+"""The tiny model: deterministic, cached build; size."""
+
+import hashlib
+
+import pytest
+from transformers import AutoTokenizer
+
+from xrpo_verl.local import tiny_model
+
+
+def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
+    config = tiny_model.TinyModelConfig(
+        hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=3, sft_batch_size=4
+    )
+    dirs = [tiny_model.build(config, root=tmp_path / name, verbose=False) for name in ("a", "b")]
+    digests = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in dirs]
+    assert digests[0] == digests[1]
+    assert (dirs[0] / "tokenizer.json").read_text() == (dirs[1] / "tokenizer.json").read_text()
+    marker = dirs[0] / tiny_model.DONE_MARKER
+    mtime = marker.stat().st_mtime_ns
+    assert tiny_model.build(config, root=tmp_path / "a", verbose=False) == dirs[0]  # cache hit: no rebuild
+    assert marker.stat().st_mtime_ns == mtime
+    tok = AutoTokenizer.from_pretrained(dirs[0])
+    tokens = tok.tokenize("12+7=?")
+    assert tokens[:2] == ["1", "2"]  # digits are single tokens
+    text = tok.apply_chat_template([{"role": "user", "content": "1+1=?"}], add_generation_prompt=True, tokenize=False)
+    assert text == "<|im_start|>user\n1+1=?<|im_end|>\n<|im_start|>assistant\n"
+    with pytest.raises(ValueError, match="num_heads"):
+        tiny_model.TinyModelConfig(hidden_size=30, num_heads=4)
+
+
+def test_default_tiny_model_has_about_5m_parameters():
+    config = tiny_model.TinyModelConfig(sft_steps=0)
+    model = tiny_model.build_model(config, tiny_model.build_tokenizer(config))
+    assert 4.5e6 < sum(p.numel() for p in model.parameters()) < 5.5e6

@@ -1,0 +1,181 @@
+"""Code scorer: block extraction and problem lookup (no sandbox), then real judging in bwrap.
+
+Judging tests skip, with the reason, only when no sandbox backend can run here.
+"""
+
+import json
+
+import pytest
+
+from sandbox.backends.bwrap import bwrap_available
+from xrpo_verl.rewards.code import (
+    CodeRewardConfig,
+    SandboxFailure,
+    compute_score,
+    resolve_problem,
+)
+
+ADD = {
+    "id": "add", "judge": "livecodebench", "kind": "stdio", "fn_name": None,
+    "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "5 7\n", "output": "12\n"}, {"input": "0 0\n", "output": "0\n"}],
+    "time_limit_s": 2.0, "memory_mb": 256, "checker": None,
+}  # fmt: skip
+GOOD = "Here you go:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```\n"
+HALF = "```python\nprint(3 if input() == '1 2' else 12)\n```"  # passes tests 1 and 2 only
+
+
+_NO_BWRAP = bwrap_available()  # None, or why bubblewrap cannot run here
+needs_bwrap = pytest.mark.skipif(_NO_BWRAP is not None, reason=f"no sandbox backend: {_NO_BWRAP}")
+BWRAP = CodeRewardConfig(backend="bwrap")
+
+
+# --- no sandbox needed -------------------------------------------------------------------------
+
+
+def test_problem_comes_from_ground_truth_json_or_extra_info():
+    assert resolve_problem(json.dumps(ADD), None) == ADD
+    assert resolve_problem(ADD, None) == ADD
+    assert resolve_problem("add", {"problem": json.dumps(ADD)}) == ADD
+    assert resolve_problem("add", {"problem": ADD, "index": 3}) == ADD
+
+
+@pytest.mark.parametrize(
+    "ground_truth, extra_info, message",
+    [
+        ("42", {"index": 1}, "no code problem found"),
+        ("{not json", None, "does not parse"),
+        ("x", {"problem": {**ADD, "tests": []}}, "has no tests"),
+    ],
+)
+def test_missing_or_broken_problem_raises(ground_truth, extra_info, message):
+    with pytest.raises(ValueError, match=message):
+        compute_score("code/x", GOOD, ground_truth, extra_info, BWRAP)
+
+
+def test_no_code_block_scores_zero_without_judging():
+    result = compute_score("code/x", "I would loop over the input.", "add", {"problem": ADD}, BWRAP)
+    assert result["score"] == 0.0 and result["verdict"] == "no_code" and "no fenced code block" in result["reason"]
+    assert result["total"] == 3 and result["passed"] == 0
+
+
+def test_unsupported_language_scores_zero_with_a_reason():
+    result = compute_score("code/x", "```java\nclass Main {}\n```", "add", {"problem": ADD}, BWRAP)
+    assert result["verdict"] == "bad_language" and result["score"] == 0.0
+    assert "'java'" in result["reason"] and "python" in result["reason"]
+    functional = {**ADD, "kind": "functional", "fn_name": "add"}
+    cpp = compute_score(
+        "code/x", "```cpp\nint add(int a, int b) { return a + b; }\n```", "add", {"problem": functional}, BWRAP
+    )
+    assert cpp["verdict"] == "bad_language" and "function-call" in cpp["reason"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"reward_mode": "partial"}, "reward_mode"),
+        ({"default_language": "rust"}, "default_language"),
+        ({"se_retries": -1}, "se_retries"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CodeRewardConfig(**kwargs)
+
+
+# --- real sandbox ------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_accepted_wrong_and_fraction_rewards():
+    ac = compute_score("code/x", GOOD, json.dumps(ADD), None, BWRAP)
+    assert (ac["score"], ac["acc"], ac["verdict"], ac["passed"], ac["language"]) == (1.0, 1.0, "AC", 3, "python")
+
+    wa = compute_score("code/x", HALF, json.dumps(ADD), None, BWRAP)
+    assert (wa["score"], wa["acc"], wa["verdict"]) == (0.0, 0.0, "WA")
+
+    fraction = CodeRewardConfig(backend="bwrap", reward_mode="fraction")
+    part = compute_score("code/x", HALF, json.dumps(ADD), None, fraction)
+    assert part["verdict"] == "WA" and part["passed"] == 2 and part["score"] == pytest.approx(2 / 3)
+
+
+@needs_bwrap
+def test_untagged_block_uses_default_language_and_cpp_is_judged():
+    untagged = compute_score("code/x", GOOD.replace("```python", "```"), "add", {"problem": ADD}, BWRAP)
+    assert untagged["verdict"] == "AC" and untagged["language"] == "python"
+    cpp = "```cpp\n#include <iostream>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}\n```"
+    result = compute_score("code/x", cpp, "add", {"problem": ADD}, BWRAP)
+    assert result["verdict"] == "AC" and result["language"] == "cpp"
+
+
+@needs_bwrap
+def test_functional_problem_calls_the_function():
+    problem = {
+        **ADD,
+        "kind": "functional",
+        "fn_name": "add",
+        "tests": [{"input": "1\n2", "output": "3"}, {"input": "[1]\n[2]", "output": "[1, 2]"}],
+    }
+    result = compute_score(
+        "code/x", "```python\ndef add(a, b):\n    return a + b\n```", "add", {"problem": problem}, BWRAP
+    )
+    assert result["verdict"] == "AC" and result["passed"] == 2
+
+
+def _failing_backend(failures_before_success):
+    """A real BwrapBackend whose first `failures_before_success` sessions fail like a dead daemon."""
+    from sandbox.backends.bwrap import BwrapBackend
+
+    class FlakyBwrap(BwrapBackend):
+        calls = 0
+
+        def session(self):
+            FlakyBwrap.calls += 1
+            if FlakyBwrap.calls <= failures_before_success:
+                raise OSError("simulated sandbox outage")
+            return super().session()
+
+    return FlakyBwrap()
+
+
+@needs_bwrap
+def test_sandbox_error_is_retried_then_raised_never_scored_zero():
+    """The failure is injected in a subclass of the real bwrap backend: judge() reports SE."""
+    backend = _failing_backend(failures_before_success=10)
+    config = CodeRewardConfig(backend=backend, se_retries=2, retry_backoff_s=0.0)
+    with pytest.raises(SandboxFailure, match="failed 3 times on problem 'add'"):
+        compute_score("code/x", GOOD, "add", {"problem": ADD}, config)
+    assert type(backend).calls == 3
+
+
+@needs_bwrap
+def test_sandbox_error_then_success_scores_the_real_verdict():
+    backend = _failing_backend(failures_before_success=1)
+    config = CodeRewardConfig(backend=backend, se_retries=2, retry_backoff_s=0.0)
+    result = compute_score("code/x", GOOD, "add", {"problem": ADD}, config)
+    assert result["verdict"] == "AC" and type(backend).calls == 2
+
+
+def test_remote_backend_needs_a_url_and_only_then():
+    with pytest.raises(ValueError, match="url is required"):
+        CodeRewardConfig(backend="remote")
+    with pytest.raises(ValueError, match="url is required"):
+        CodeRewardConfig(backend="bwrap", url="http://127.0.0.1:1")
+
+
+@needs_bwrap
+def test_remote_service_judges_like_the_local_backend():
+    """A cluster's reward workers reach a shared `python -m sandbox serve` through backend=remote."""
+    import threading
+
+    from sandbox import get_backend
+    from sandbox.server import make_server
+
+    server = make_server(get_backend("bwrap"), "127.0.0.1", 0, max_concurrency=2)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        remote = CodeRewardConfig(backend="remote", url=f"http://127.0.0.1:{server.server_address[1]}")
+        assert compute_score("code/x", GOOD, "add", {"problem": ADD}, remote)["verdict"] == "AC"
+        assert compute_score("code/x", HALF, "add", {"problem": ADD}, remote)["verdict"] == "WA"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,159 @@
+"""Group advantages: verl parity, loop-vs-vectorised, sharpening and novelty-bonus invariants."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xrpo_verl import advantages as A
+
+
+def _random_batch(seed, n_groups=40, max_g=12, binary=True):
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(1, max_g + 1, (n_groups,), generator=g).tolist()
+    index = np.array([f"uid{q}" for q, s in enumerate(sizes) for _ in range(s)], dtype=object)
+    perm = torch.randperm(len(index), generator=g).numpy()
+    index = index[perm]
+    b = len(index)
+    scores = (torch.rand(b, generator=g) > 0.5).float() if binary else torch.rand(b, generator=g)
+    return scores, index
+
+
+def _loop_sharpen(adv, correct, s, index, coef, cap):
+    out = adv.clone()
+    for i in range(len(index)):
+        members = [j for j in range(len(index)) if index[j] == index[i]]
+        sbar = sum(float(s[j]) for j in members) / len(members)
+        eta = math.exp(float(s[i]) - sbar)
+        if correct[i]:
+            out[i] += max(min(max(coef * (1 - eta), 0.0), cap * float(adv[i])), 0.0)
+    return out
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("binary", [True, False])
+def test_grpo_matches_verl_compute_grpo_outcome_advantage(norm, binary):
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # the test may import verl
+
+    scores, index = _random_batch(1 + binary, binary=binary)
+    t = 7
+    mask = torch.ones(len(index), t)
+    mask[:, 5:] = torch.randint(0, 2, (len(index), 2)).float()
+    token_rewards = torch.zeros(len(index), t)
+    token_rewards[:, 2] = scores
+    ref, _ = compute_grpo_outcome_advantage(token_rewards, mask, index, norm_adv_by_std_in_grpo=norm)
+    got = A.grpo_advantages(scores, index, norm_by_std=norm)
+    assert torch.allclose(got.unsqueeze(-1) * mask, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_grpo_hand_values_and_group_of_one():
+    adv = A.grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0, 0.3, 0.3]), [0, 0, 0, 0, 1, 2, 2])
+    std = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1]
+    exp = [0.5 / (std + 1e-6), -0.5 / (std + 1e-6)] * 1
+    assert adv[0].item() == pytest.approx(exp[0], rel=1e-6) and adv[1].item() == pytest.approx(exp[1], rel=1e-6)
+    assert adv[4].item() == pytest.approx(5.0 / (1 + 1e-6))  # group of one: mean 0, std 1
+    assert adv[5].item() == 0.0 and adv[6].item() == 0.0  # zero-variance group
+
+
+def test_sharpening_matches_loop_version():
+    scores, index = _random_batch(3)
+    s = -torch.rand(len(index)) * 3
+    adv = A.grpo_advantages(scores, index)
+    correct = scores > 0.5
+    got = A.sharpen_advantages(adv, correct, s, index, coef=2.5, cap_frac=0.5)
+    assert torch.allclose(got, _loop_sharpen(adv, correct, s, index, 2.5, 0.5), atol=1e-6)
+
+
+def test_sharpening_hand_value_and_all_correct_group_untouched():
+    # group [correct, wrong]: A = +-0.7071; s = [-2, -1] -> sbar = -1.5, eta_0 = e^-0.5 = 0.6065
+    adv = A.grpo_advantages(torch.tensor([1.0, 0.0]), ["a", "a"])
+    s = torch.tensor([-2.0, -1.0])
+    out = A.sharpen_advantages(adv, torch.tensor([True, False]), s, ["a", "a"])
+    raw = 2.5 * (1 - math.exp(-0.5))  # 0.9837 > kappa*A = 0.3536 -> capped
+    assert out[0].item() == pytest.approx(adv[0].item() + min(raw, 0.5 * adv[0].item()), rel=1e-6)
+    assert out[1].item() == adv[1].item()
+    all_ok = A.sharpen_advantages(
+        torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.tensor([-3.0, -1, -2]), [1, 1, 1]
+    )
+    assert torch.equal(all_ok, torch.zeros(3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from([0.0, 0.5, 1.0]), st.floats(-5, 0)), min_size=1, max_size=30)
+)
+def test_sharpening_never_lowers_and_never_touches_wrong_answers(rows):
+    index = [r[0] for r in rows]
+    scores = torch.tensor([r[1] for r in rows])
+    s = torch.tensor([r[2] for r in rows])
+    correct = scores >= 0.5  # partial credit 0.5 counts as correct: its A may be negative
+    adv = A.grpo_advantages(scores, index)
+    out = A.sharpen_advantages(adv, correct, s, index)
+    assert torch.all(out >= adv)
+    assert torch.equal(out[~correct], adv[~correct])
+    assert torch.all(out - adv <= 0.5 * adv.clamp(min=0) + 1e-6)
+
+
+def test_all_features_off_recovers_plain_grpo():
+    scores, index = _random_batch(5)
+    adv = A.grpo_advantages(scores, index)
+    correct = scores > 0.5
+    s = -torch.rand(len(index))
+    assert torch.equal(A.sharpen_advantages(adv, correct, s, index, coef=0.0), adv)
+    nov = torch.rand(len(index))
+    assert torch.equal(A.add_novelty_bonus(adv, correct, nov, scale=0.0), adv)
+    shaped = A.novelty_shaped_scores(scores, correct, nov, index, scale=0.0)
+    assert torch.equal(A.grpo_advantages(shaped, index), adv)
+
+
+def test_novelty_bonus_after_norm_and_before_norm_by_hand():
+    adv = torch.tensor([0.0, 0.0, 0.0])  # all-correct group
+    correct = torch.tensor([True, True, False])
+    nov = torch.tensor([0.4, 0.2, 0.9])
+    out = A.add_novelty_bonus(adv, correct, nov, scale=0.01)
+    assert torch.allclose(out, torch.tensor([0.004, 0.002, 0.0]))
+    # before-norm: nov / group max (0.9), times gate, gated on correct
+    sc = A.novelty_shaped_scores(
+        torch.tensor([1.0, 1.0, 0.0]), correct, nov, ["g"] * 3, scale=0.1, gate=torch.full((3,), 0.5)
+    )
+    assert torch.allclose(sc, torch.tensor([1 + 0.1 * 0.5 * 0.4 / 0.9, 1 + 0.1 * 0.5 * 0.2 / 0.9, 0.0]))
+
+
+def test_sequence_mean_logprob_and_entropy_use_the_mask():
+    lp = torch.tensor([[-1.0, -3.0, -100.0], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    assert torch.allclose(A.sequence_mean_logprob(lp, mask), torch.tensor([-2.0, 0.0]))
+    assert torch.allclose(A.mean_token_entropy(-lp, mask), torch.tensor([2.0, 0.0]))
+
+
+def test_novelty_ratio_is_one_at_the_group_mean():
+    eta = A.novelty_ratio(torch.tensor([-1.0, -3.0, -2.0, -0.5]), ["a", "a", "a", "b"])
+    assert torch.allclose(eta, torch.tensor([math.e, math.exp(-1), 1.0, 1.0]))
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: A.grpo_advantages(torch.ones(3), [0, 0]), "shape"),
+        (lambda: A.grpo_advantages(torch.tensor([1.0, float("nan")]), [0, 0]), "NaN"),
+        (lambda: A.grpo_advantages(torch.ones(0), []), "empty"),
+        (lambda: A.sharpen_advantages(torch.ones(2), torch.ones(2), torch.ones(2), [0, 0]), "bool"),
+        (
+            lambda: A.sharpen_advantages(
+                torch.ones(2), torch.ones(2, dtype=torch.bool), torch.ones(2), [0, 0], coef=-1
+            ),
+            "coef",
+        ),
+        (
+            lambda: A.add_novelty_bonus(torch.ones(2), torch.ones(2, dtype=torch.bool), -torch.ones(2), scale=1),
+            "novelty",
+        ),
+        (lambda: A.sequence_mean_logprob(torch.ones(2, 3), torch.ones(2, 4)), "match"),
+    ],
+)
+def test_bad_input_raises(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()

@@ -1,0 +1,191 @@
+"""ICL corpus: admission, keep policy, top-K retrieval with self-exclusion, rendering and truncation.
+
+The embedder here is a fake (bag of words over a fixed vocabulary) so the cosines can be computed
+by hand; retrieval with the real MiniLM is in test_embeddings.py."""
+
+import numpy as np
+import pytest
+
+from xrpo_verl.icl import ICLCorpus, ICLExample, render_icl_prompt
+
+VOCAB = ["apple", "pear", "plum", "train", "car", "boat"]
+
+
+class BagOfWords:
+    """Fake embedder: normalised word counts over VOCAB (unknown words ignored)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode(self, texts):
+        self.calls += 1
+        out = np.zeros((len(texts), len(VOCAB)), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in t.split():
+                if w in VOCAB:
+                    out[i, VOCAB.index(w)] += 1
+            out[i] /= max(np.linalg.norm(out[i]), 1e-12)
+        return out
+
+
+def count(t):
+    return len(t.split())
+
+
+def cut(t, n):
+    return " ".join(t.split()[:n])
+
+
+def _corpus(**kw):
+    c = ICLCorpus(BagOfWords(), **kw)
+    c.add("q1", "apple pear", "sol1", step=1, num_tokens=1)
+    c.add("q2", "apple plum", "sol2", step=1, num_tokens=1)
+    c.add("q3", "train car", "sol3", step=1, num_tokens=1)
+    return c
+
+
+def test_top_k_by_cosine_excluding_the_query_itself():
+    c = _corpus()
+    got = c.retrieve("q1", "apple pear", k=2)
+    # cos(q1, q1) = 1 is excluded; cos(q1, q2) = 0.5; cos(q1, q3) = 0
+    assert [e.prompt_id for e in got] == ["q2", "q3"]
+    assert got[0].similarity == pytest.approx(0.5)
+    assert [e.prompt_id for e in c.retrieve("q1", "apple pear", k=2, min_similarity=0.1)] == ["q2"]
+    assert c.retrieve("q1", "boat", k=2, min_similarity=0.1) == []
+
+
+def test_empty_corpus_and_only_self_give_zero_shot():
+    c = ICLCorpus(BagOfWords())
+    assert c.retrieve("q1", "apple", k=2) == []
+    c.add("q1", "apple", "s", step=0, num_tokens=1)
+    assert c.retrieve("q1", "apple", k=2, min_similarity=0.0) == []
+    assert render_icl_prompt([], "solve x", count_tokens=count, truncate=cut) == "solve x"
+
+
+def test_admission_and_keep_policies():
+    c = ICLCorpus(BagOfWords(), per_prompt=2, keep="shortest")
+    assert not c.add("q", "apple", "wrong", step=0, num_tokens=1, verified=False)
+    assert len(c) == 0
+    c.add("q", "apple", "long", step=1, num_tokens=9)
+    c.add("q", "apple", "short", step=2, num_tokens=2)
+    assert not c.add("q", "apple", "longest", step=3, num_tokens=20)
+    assert [e.response_text for e in c.examples("q")] == ["short", "long"]
+    r = ICLCorpus(BagOfWords(), per_prompt=1, keep="recent")
+    r.add("q", "apple", "old", step=1, num_tokens=1)
+    r.add("q", "apple", "new", step=5, num_tokens=9)
+    assert [e.response_text for e in r.examples("q")] == ["new"]
+    assert r.embedder.calls == 1  # the prompt text is embedded once
+    with pytest.raises(ValueError, match="only training prompts"):
+        r.add("e1", "apple", "x", step=1, num_tokens=1, split="test")
+
+
+def test_state_dict_round_trip():
+    c = _corpus()
+    d = ICLCorpus(BagOfWords())
+    d.load_state_dict(c.state_dict())
+    assert len(d) == 3 and d.retrieve("q1", "apple pear", k=1)[0].prompt_id == "q2"
+
+
+def _ex(pid, problem, sol):
+    return ICLExample(pid, problem, sol, 0, count(sol))
+
+
+def test_render_truncates_each_example_and_keeps_the_prompt_last():
+    exs = [_ex("a", "P1", "w " * 10), _ex("b", "P2", "v v")]
+    text = render_icl_prompt(exs, "solve it", count_tokens=count, truncate=cut, max_example_tokens=3)
+    assert "Problem: P1\nSolution: w w w\n" in text and "Solution: v v\n" in text
+    assert text.endswith("Now solve the following problem.\nsolve it")
+
+
+def test_render_drops_examples_before_truncating_then_falls_back():
+    exs = [_ex("a", "P1", "w " * 6), _ex("b", "P2", "v " * 6)]
+    full = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut)
+    one = render_icl_prompt(exs[:1], "go", count_tokens=count, truncate=cut)
+    # a cap that fits one full example but not two: the second is dropped, the first stays whole
+    text = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=count(one))
+    assert text == one and count(full) > count(one)
+    # tighter: the single example is truncated to fit exactly
+    text = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=count(one) - 2)
+    assert "Solution: w w w w\n" in text and count(text) <= count(one) - 2
+    # no room for any solution token: zero-shot
+    assert render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=5) == "go"
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: ICLCorpus(BagOfWords(), keep="longest"), "keep"),
+        (lambda: ICLCorpus(BagOfWords(), per_prompt=0), "per_prompt"),
+        (lambda: _corpus().retrieve("q1", "apple", k=0), "k"),
+        (lambda: _corpus().retrieve_many(["a", "b"], ["x"]), "prompt_texts"),
+        (
+            lambda: ICLCorpus(type("E", (), {"encode": lambda s, t: np.ones((1, 3))})()).add(
+                "q", "x", "y", step=0, num_tokens=1
+            ),
+            "L2-normalised",
+        ),
+        (lambda: render_icl_prompt([], "x", count_tokens=count, truncate=cut, max_example_tokens=0), "max_example"),
+    ],
+)
+def test_bad_input_raises(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()
+
+
+class Fixed:
+    """Fake embedder returning preset unit vectors by text (the prompt text is an index)."""
+
+    def __init__(self, z):
+        self.z = z
+
+    def encode(self, texts):
+        return self.z[[int(t) for t in texts]]
+
+
+def _unit(n, d, seed):
+    z = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return z / np.linalg.norm(z, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_faiss_retrieval_matches_brute_force_as_the_corpus_grows(index):
+    """The index is synced lazily (rows added between retrievals land in it), excludes the
+    query's own row, and agrees with the exact top-k of the cosine matrix (real FAISS)."""
+    z = _unit(300, 32, 0)
+    c = ICLCorpus(Fixed(z), index=index, use_gpu="never")
+    for n in (10, 120, 300):
+        for i in range(len(c), n):
+            c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+        queries = list(range(0, n, 7))
+        got = c.retrieve_many([f"p{i}" for i in queries], [str(i) for i in queries], k=3)
+        sims = z[queries] @ z[:n].T
+        sims[np.arange(len(queries)), queries] = -np.inf
+        want = np.argsort(-sims, axis=1)[:, :3]
+        assert [[e.prompt_id for e in g] for g in got] == [[f"p{j}" for j in row] for row in want]
+        assert np.allclose([e.similarity for e in got[0]], np.sort(sims[0])[::-1][:3], atol=1e-5)
+
+
+def test_ivf_index_is_retrained_when_the_corpus_doubles():
+    z = _unit(2000, 16, 1)
+    c = ICLCorpus(Fixed(z), index="ivf", use_gpu="never")
+    sizes = []
+    for n in (50, 90, 100, 400, 2000):
+        for i in range(len(c), n):
+            c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+        c.retrieve("new", str(n - 1), k=1)  # a near-duplicate query: its own vector is a corpus row
+        sizes.append(c._trained_on)
+    assert sizes == [50, 50, 100, 400, 2000]
+    # once trained on 2000 rows (nlist = 51 lists), the exact match is still found first
+    hit = c.retrieve("new", "1234", k=1)[0]
+    assert hit.prompt_id == "p1234" and hit.similarity == pytest.approx(1.0, abs=1e-5)
+
+
+def test_restored_corpus_rebuilds_its_index():
+    z = _unit(50, 8, 2)
+    c = ICLCorpus(Fixed(z), use_gpu="never")
+    for i in range(50):
+        c.add(f"p{i}", str(i), f"s{i}", step=0, num_tokens=1)
+    before = [e.prompt_id for e in c.retrieve("p3", "3", k=4)]
+    d = ICLCorpus(Fixed(z), use_gpu="never")
+    d.load_state_dict(c.state_dict())
+    assert [e.prompt_id for e in d.retrieve("p3", "3", k=4)] == before

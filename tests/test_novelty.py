@@ -1,0 +1,80 @@
+"""ExTra novelty memory: hand-made orthogonal/identical vectors, warm-up, ring buffer, state."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from xrpo_verl.novelty import NoveltyMemory, RewardVarianceEMA
+
+E = np.eye(4, dtype=np.float32)
+
+
+def _warm(mem, key, vecs):
+    mem.update([key] * len(vecs), np.asarray(vecs, dtype=np.float32))
+
+
+def test_zero_until_warmup_then_one_minus_max_cos():
+    mem = NoveltyMemory(capacity=4, warmup=2)
+    z = np.stack([E[2], E[3]])
+    ok = np.array([True, True])
+    _warm(mem, "p", [E[0]])
+    assert np.all(mem.score(["p", "p"], z, ok) == 0)  # 1 stored < warmup 2
+    _warm(mem, "p", [E[0]])
+    # orthogonal to memory and to each other: novelty 1
+    assert np.allclose(mem.score(["p", "p"], z, ok), [1.0, 1.0])
+    # a response at 60 degrees to the memory: 1 - cos = 0.5; its sibling is orthogonal to it
+    v = np.array([0.5, np.sqrt(0.75), 0, 0], dtype=np.float32)
+    assert np.allclose(mem.score(["p", "p"], np.stack([v, E[3]]), ok), [0.5, 1.0], atol=1e-6)
+
+
+def test_identical_siblings_are_not_novel_but_self_is_excluded():
+    mem = NoveltyMemory(capacity=4, warmup=1)
+    _warm(mem, "p", [E[0]])
+    nov = mem.score(["p", "p", "p"], np.stack([E[1], E[1], E[2]]), np.array([True, True, True]))
+    assert np.allclose(nov, [0.0, 0.0, 1.0])
+
+
+def test_wrong_answers_get_zero_and_keys_are_separate():
+    mem = NoveltyMemory(capacity=4, warmup=1)
+    _warm(mem, "a", [E[0]])
+    _warm(mem, "b", [E[1]])
+    nov = mem.score(["a", "b", "c"], np.stack([E[1], E[1], E[2]]), np.array([False, True, True]))
+    assert np.allclose(nov, [0.0, 0.0, 0.0])  # wrong; identical to b's memory; c unseen (warm-up)
+
+
+def test_ring_buffer_keeps_the_last_capacity_and_state_round_trips():
+    mem = NoveltyMemory(capacity=2, warmup=1)
+    _warm(mem, "p", [E[0], E[1], E[2]])
+    assert np.array_equal(mem.entries("p"), np.stack([E[1], E[2]]))
+    assert len(mem) == 1
+    clone = NoveltyMemory(capacity=2, warmup=1)
+    clone.load_state_dict(pickle.loads(pickle.dumps(mem.state_dict())))
+    q = np.stack([E[0], E[3]])
+    assert np.array_equal(
+        clone.score(["p", "p"], q, np.array([True, True])), mem.score(["p", "p"], q, np.array([True, True]))
+    )
+    with pytest.raises(ValueError, match="capacity"):
+        NoveltyMemory(capacity=3, warmup=1).load_state_dict(mem.state_dict())
+
+
+def test_reward_variance_gate():
+    g = RewardVarianceEMA(rate=0.1, coef=1.0)
+    assert g.update("p", [0, 1, 0, 1]) == pytest.approx(np.exp(-0.25))
+    assert g.update("p", [1, 1, 1, 1]) == pytest.approx(np.exp(-0.9 * 0.25))
+    assert g.gate("unseen") == 1.0
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda m: m.score(["p"], np.ones((1, 4), np.float32), np.array([True])), "L2-normalised"),
+        (lambda m: m.score(["p", "q"], E[:1], np.array([True, True])), "rows"),
+        (lambda m: m.score(["p"], E[:1], np.array([1])), "bool"),
+        (lambda m: m.update(["p"], np.full((1, 4), np.nan, np.float32)), "NaN"),
+        (lambda m: NoveltyMemory(capacity=4, warmup=5), "warmup"),
+    ],
+)
+def test_bad_input_raises(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call(NoveltyMemory(capacity=4, warmup=1))

@@ -1,0 +1,165 @@
+"""Rollout planner (XRPO §2.2): values against scipy by hand, allocation against a brute-force
+re-implementation of the definition, and hypothesis invariants."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import t as student_t
+
+from xrpo_verl import planner as P
+
+
+def _h(s, n, alpha):  # h_q(n) = t_{1-a/2,n-1} s / sqrt(n), straight from the definition
+    return student_t.ppf(1 - alpha / 2, n - 1) * s / math.sqrt(n)
+
+
+def _brute_priority(r, T, alpha, lam, form, k=1):
+    n = len(r)
+    s = float(np.std(r, ddof=1)) if n >= 2 else 0.0
+    delta = _h(s, n, alpha) - _h(s, n + k, alpha) if n >= 2 else 0.0
+    phi = lam * (math.sqrt(math.log(1 + T) / n) if form == "sqrt" else math.log(1 + T) / n)
+    return delta + phi
+
+
+def _brute_allocate(pis, budget, room):
+    """Largest remainder on budget*Pi/sum(Pi), ties (higher Pi, lower index); cap; greedy refill."""
+    q = len(pis)
+    w = pis if sum(pis) > 0 else [1.0] * q
+    quota = [budget * x / sum(w) for x in w]
+    share = [math.floor(x) for x in quota]
+    order = sorted(range(q), key=lambda i: (-(quota[i] - share[i]), -pis[i], i))
+    for i in order[: budget - sum(share)]:
+        share[i] += 1
+    out = [min(a, b) for a, b in zip(share, room)]
+    over = sum(share) - sum(out)
+    for i in sorted(range(q), key=lambda i: (-pis[i], i)):
+        give = min(over, room[i] - out[i])
+        out[i] += give
+        over -= give
+    return out
+
+
+def test_half_width_and_shrink_match_scipy_by_hand():
+    # s = 0.5, n = 4: t_{0.975,3} = 3.18245, h = 3.18245*0.5/2 = 0.79561
+    assert P.ci_half_width(0.5, 4, 0.05) == pytest.approx(0.795612, rel=1e-5)
+    # Delta(4) = h(4) - h(5) = 0.795612 - 2.776445*0.5/sqrt(5) = 0.174780 (spec's scale table: 0.175)
+    assert P.expected_ci_shrink(0.5, 4, 0.05) == pytest.approx(0.174780, rel=1e-4)
+    assert P.expected_ci_shrink(0.35, 16, 0.05) == pytest.approx(0.0065, abs=5e-5)
+    # k-step variant: h(8) - h(11)
+    assert P.expected_ci_shrink(0.3, 8, 0.1, k=3) == pytest.approx(_h(0.3, 8, 0.1) - _h(0.3, 11, 0.1))
+
+
+def test_half_width_is_zero_for_zero_variance_and_non_increasing_in_n():
+    assert P.ci_half_width(0.0, 5, 0.05) == 0.0
+    h = P.ci_half_width(0.4, np.arange(2, 200), 0.05)
+    assert np.all(np.diff(h) < 0)
+    d = P.expected_ci_shrink(0.4, np.arange(2, 200), 0.05)
+    assert np.all(d > 0) and np.all(np.diff(d) < 0)
+
+
+def test_exploration_bonus_forms():
+    assert P.exploration_bonus(100, 4, 0.1, "sqrt") == pytest.approx(0.1 * math.sqrt(math.log(101) / 4))
+    assert P.exploration_bonus(100, 4, 0.1, "inverse") == pytest.approx(0.1 * math.log(101) / 4)
+    assert P.exploration_bonus(0, 4, 0.1) == 0.0
+
+
+@pytest.mark.parametrize("form", ["sqrt", "inverse"])
+def test_priority_matches_brute_force(form):
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        r = rng.random(int(rng.integers(1, 20))).round(2).tolist()  # continuous partial credit
+        got = P.allocation_priority(r, step=37, alpha=0.1, lam=0.05, bonus=form)
+        assert got == pytest.approx(_brute_priority(r, 37, 0.1, 0.05, form), rel=1e-12, abs=1e-15)
+
+
+def test_zero_variance_and_single_rollout_groups_get_phi_only():
+    d = P.priority_diagnostics([[0, 0, 0, 0], [1, 1, 1, 1], [0.7], [0, 1, 0, 1]], step=9, lam=0.03)
+    phi4 = 0.03 * math.sqrt(math.log(10) / 4)
+    assert d.priority[0] == pytest.approx(phi4) and d.priority[1] == pytest.approx(phi4)
+    assert d.delta[2] == 0.0 and d.priority[2] == pytest.approx(0.03 * math.sqrt(math.log(10)))
+    assert d.delta[3] > 0
+
+
+def test_smoothed_std_separates_all_fail_from_all_pass_only_by_its_formula():
+    d = P.priority_diagnostics([[0] * 4, [1] * 4], step=1, smoothed_std=True)
+    p = 0.5 / 5  # (0 + 0.5)/(4 + 1)
+    assert d.std[0] == pytest.approx(math.sqrt(p * (1 - p))) == pytest.approx(d.std[1])
+
+
+def test_allocate_worked_example():
+    rewards = [[0, 1, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0], [1]]
+    pis = [_brute_priority(r, 10, 0.05, 0.03, "sqrt") for r in rewards]
+    got = P.allocate(rewards, 20, step=10, n_max=8)
+    assert P.allocate(rewards, 9, step=10, n_max=8) == _brute_allocate(pis, 9, [4, 4, 4, 7])
+    assert got == _brute_allocate(pis, 20, [8 - len(r) for r in rewards])
+    assert got == [4, 4, 4, 7]  # headroom 19 < budget 20: everyone is filled to n_max
+
+
+def test_cap_overflow_goes_to_highest_priority_uncapped_prompt():
+    # quotas: 9, 0.9, 0.1 -> shares 9, 1, 0; prompt 0 capped at 2 -> 7 overflow to prompt 1 (next Pi)
+    assert P.allocate_by_priority([0.9, 0.09, 0.01], 10, [2, 20, 20]) == [2, 8, 0]
+    # total headroom below budget: everyone fills up
+    assert P.allocate_by_priority([1.0, 2.0], 10, [3, 4]) == [3, 4]
+
+
+def test_remainder_ties_go_to_higher_priority_then_lower_index():
+    assert P.allocate_by_priority([1.0, 1.0, 1.0], 4, [9, 9, 9]) == [2, 1, 1]
+    # remainders 0.5/0.5: Pi 3 vs 1 -> quotas 3, 1 ... use budget 2 over (3,1): 1.5/0.5 -> 2, 0
+    assert P.allocate_by_priority([3.0, 1.0], 2, [9, 9]) == [2, 0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    groups=st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=10), min_size=1, max_size=12),
+    budget=st.integers(0, 80),
+    n_max=st.integers(10, 20),
+    step=st.integers(0, 500),
+    form=st.sampled_from(["sqrt", "inverse"]),
+)
+def test_allocation_invariants_and_brute_force(groups, budget, n_max, step, form):
+    got = P.allocate(groups, budget, step=step, n_max=n_max, bonus=form)
+    room = [n_max - len(g) for g in groups]
+    assert sum(got) == min(budget, sum(room))
+    assert all(0 <= k <= r for k, r in zip(got, room))
+    pis = list(P.priority_diagnostics(groups, step=step, bonus=form).priority)
+    assert got == _brute_allocate(pis, budget, room)
+
+
+@settings(max_examples=50, deadline=None)
+@given(q=st.integers(1, 20), per=st.integers(0, 5), extra=st.integers(0, 19))
+def test_equal_priorities_give_a_uniform_split(q, per, extra):
+    extra = extra % q
+    got = P.allocate([[0, 1, 1]] * q, q * per + extra, step=3, n_max=100)
+    assert got == [per + 1] * extra + [per] * (q - extra)
+
+
+def test_round_budgets_phased_plan():
+    assert P.round_budgets(10, 16, 8, 2) == [80, 40, 40]
+    assert P.round_budgets(3, 5, 2, 2) == [6, 5, 4]
+    assert sum(P.round_budgets(7, 13, 4, 3)) == 7 * 13
+    assert P.round_budgets(4, 8, 8, 0) == [32]
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: P.allocate([[0, 1], []], 4, step=1), "empty"),
+        (lambda: P.allocate([[0, float("nan")]], 4, step=1), "non-finite"),
+        (lambda: P.allocate([], 4, step=1), "empty"),
+        (lambda: P.allocate([[0, 1]], 4, step=1, bonus="log"), "bonus form"),
+        (lambda: P.allocate([[0, 1]], -1, step=1), "budget"),
+        (lambda: P.allocate([[0, 1] * 20], 4, step=1, n_max=32), "n_max"),
+        (lambda: P.allocate([[0, 1]], 4, step=1, alpha=0.0), "alpha"),
+        (lambda: P.allocate([[0, 1]], 4, step=1, k=0), "k"),
+        (lambda: P.allocate_by_priority([1.0, 2.0], 4, [1]), "headroom"),
+        (lambda: P.ci_half_width(0.5, 1, 0.05), "n >= 2"),
+        (lambda: P.round_budgets(4, 6, 8, 2), "n_avg"),
+        (lambda: P.round_budgets(4, 10, 8, 0), "rounds"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_the_problem(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()

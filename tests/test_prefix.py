@@ -1,0 +1,127 @@
+"""ExTra prefix selection: hand-built token/entropy arrays, smoothing, memory and guided queue."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+from xrpo_verl.prefix import (
+    GuidedPrompt,
+    GuidedQueue,
+    PrefixMemory,
+    is_hard,
+    prefix_mean_entropies,
+    select_anchor,
+    select_prefix,
+    smoothed_scores,
+    step_boundaries,
+)
+
+NL = 10  # newline token id
+
+
+def test_is_hard_thresholds():
+    assert is_hard([0, 0, 0], "all_fail") and not is_hard([0, 1, 0], "all_fail")
+    assert is_hard([0, 1, 0], "at_most_one") and not is_hard([1, 1, 0], "at_most_one")
+    assert is_hard([-1, -1], "all_fail")  # DAPO +-1 rewards
+    assert is_hard([0.5, 0.2], "all_fail", success_cutoff=0.9)
+
+
+def test_step_boundaries_merge_drop_final_and_cap():
+    ids = [1] * 100
+    for p in (4, 9, 40, 50, 80, 99):
+        ids[p] = NL
+    # candidates after the newline: 5, 10, 41, 51, 81, 100; min_gap 32 from 0 -> 41, 81 (51 too close), then
+    # 100 is < 32 after 81 so merged away; drop final -> [41]
+    assert step_boundaries(ids, {NL}, min_gap=32) == [41]
+    assert step_boundaries(ids, {NL}, min_gap=5) == [5, 10, 41, 51, 81]
+    assert step_boundaries(ids, {NL}, min_gap=5, max_len=45) == [5, 10, 41]
+    many = ([1] * 3 + [NL]) * 40  # newline every 4 tokens -> 40 boundaries, 39 after dropping the last
+    got = step_boundaries(many, {NL}, min_gap=4, max_candidates=15)
+    assert len(got) == 15 and got[0] == 4 and got[-1] == 156 and got == sorted(got)
+    assert step_boundaries([1, 2, 3], {NL}) == []
+
+
+def test_prefix_mean_entropies_by_hand():
+    h = np.array([1.0, 3.0, 2.0, 0.0, 4.0])
+    assert np.allclose(prefix_mean_entropies(h, [1, 2, 4]), [1.0, 2.0, 1.5])
+
+
+def test_smoothing_identical_embeddings_gives_uniform_mean_and_orthogonal_keeps_scores():
+    s = np.array([1.0, 2.0, 6.0])
+    same = np.tile(np.array([[0.6, 0.8]]), (3, 1))
+    assert np.allclose(smoothed_scores(s, same, 0.1), 3.0)
+    eye = np.eye(3)
+    # orthogonal: weights e^{10} vs e^{0}; nearly the raw scores
+    w_self = np.exp(10) / (np.exp(10) + 2)
+    assert np.allclose(smoothed_scores(s, eye, 0.1), w_self * s + (1 - w_self) / 2 * (s.sum() - s))
+
+
+def test_select_prefix_returns_lowest_smoothed_span():
+    e = np.eye(3)
+    choice = select_prefix([40, 80, 120], np.array([2.0, 0.5, 1.0]), e, tau=0.1)
+    assert choice.index == 1 and choice.span == (0, 80) and choice.score == 0.5
+    # smoothing overturns the raw argmin (index 2): its semantic twin has a high score, so its
+    # smoothed score is ~(0.2 + 1.0)/2 = 0.6, while the (0.3, 0.3) twins stay at ~0.3
+    v = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=float)
+    c = select_prefix([10, 20, 30, 40], np.array([0.3, 0.3, 0.2, 1.0]), v, tau=0.1)
+    assert c.index == 0 and c.smoothed == pytest.approx(0.3, abs=1e-3)
+    assert select_anchor([0.9, 0.2, 0.2]) == 1
+
+
+def test_prefix_memory_ring_select_and_state():
+    m = PrefixMemory(capacity=2)
+    m.add("q", [1, 2], 0.9, np.array([1.0, 0.0]))
+    m.add("q", [1, 2], 0.1, np.array([1.0, 0.0]))  # duplicate prefix: ignored
+    m.add("q", [3], 0.5, np.array([0.0, 1.0]))
+    m.add("q", [4], 0.7, np.array([0.0, 1.0]))  # evicts [1, 2]
+    assert [e.prefix_ids for e in m.entries("q")] == [[3], [4]]
+    assert m.select("q", tau=0.1).prefix_ids == [3]
+    assert m.select("other") is None
+    m2 = PrefixMemory()
+    m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
+    assert [e.prefix_ids for e in m2.entries("q")] == [[3], [4]] and m2.capacity == 2
+
+
+def test_guided_queue_keeps_newest_and_carries_ground_truth():
+    q = GuidedQueue(capacity=2)
+    for i in range(3):
+        q.push(
+            GuidedPrompt(
+                [1, 2],
+                [7, i],
+                ground_truth=f"ans{i}",
+                data_source="math",
+                original_prompt_id=f"p{i}",
+                uid=f"g{i}",
+                extra_info={"index": i},
+            )
+        )
+    assert len(q) == 2
+    state = pickle.loads(pickle.dumps(q.state_dict()))
+    out = q.pop_many(5)
+    assert [g.ground_truth for g in out] == ["ans1", "ans2"] and len(q) == 0
+    assert out[0].input_ids() == [1, 2, 7, 1] and out[0].input_ids(3) == [1, 2, 7]
+    r = GuidedQueue()
+    r.load_state_dict(state)
+    assert [g.extra_info["index"] for g in r.pop_many(1)] == [1]
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: is_hard([], "all_fail"), "empty"),
+        (lambda: is_hard([0.0], "none"), "threshold"),
+        (lambda: is_hard([float("nan")]), "finite"),
+        (lambda: step_boundaries([1], set()), "newline_ids"),
+        (lambda: prefix_mean_entropies(np.ones(3), [4]), "boundaries"),
+        (lambda: smoothed_scores(np.ones(2), np.eye(2), 0.0), "tau"),
+        (lambda: smoothed_scores(np.ones(2), np.ones((2, 2)), 0.1), "L2-normalised"),
+        (lambda: select_prefix([], np.ones(0), np.ones((0, 2))), "no prefix candidates"),
+        (lambda: GuidedQueue(0), "capacity"),
+        (lambda: GuidedQueue().push("x"), "GuidedPrompt"),
+    ],
+)
+def test_bad_input_raises(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()

@@ -1,0 +1,102 @@
+"""Plugin state saved in a verl checkpoint folder and restored exactly.
+
+The encoder is a deterministic hashing stand-in (loading MiniLM here would only add seconds; the
+state itself stores vectors, not the model).
+"""
+
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+
+from xrpo_verl.config import ExTraConfig, XRPOConfig
+from xrpo_verl.prefix import GuidedPrompt
+from xrpo_verl.verl_adapters.config import PluginSettings
+from xrpo_verl.verl_adapters.state import PluginState
+
+
+class HashEncoder:
+    def encode(self, texts):
+        out = np.stack(
+            [
+                np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8)[:16].astype(np.float32) - 127
+                for t in texts
+            ]
+        )
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def _settings(placement="before_norm"):
+    extra = ExTraConfig.from_dict(
+        {"novelty": {"placement": placement, "warmup": 1, "memory_size": 2}, "prefix": {"queue_size": 2}}
+    )
+    return PluginSettings(
+        xrpo=XRPOConfig(), extra=extra, adv_estimator="xrpo_extra", norm_adv_by_std=True, rollout_n=16
+    )
+
+
+def _fill(state):
+    enc = HashEncoder()
+    state.corpus.add("p1", "What is 1+1?", "2", step=3, num_tokens=1)
+    state.corpus.add("p2", "What is 2+2?", "4", step=3, num_tokens=1)
+    state.novelty.update(["p1", "p1", "p1"], enc.encode(["a", "b", "c"]))
+    state.reward_var.update("p1", [1.0, 0.0])
+    state.prefix_memory.add("p1", [4, 5], 0.3, enc.encode(["4 5"])[0])
+    for i in range(3):  # capacity 2: the oldest is dropped, with its stored row
+        gp = GuidedPrompt(
+            prompt_ids=[1],
+            prefix_ids=[4, 5],
+            ground_truth=str(i),
+            data_source="d",
+            original_prompt_id="p1",
+            uid=f"g{i}",
+        )
+        state.guided_queue.push(gp)
+        state.remember_guided_row(gp.uid, {"reward_model": {"ground_truth": str(i)}, "data_source": "d"})
+    state.counters["icl_triggers"] = 5
+
+
+def test_round_trip_through_a_checkpoint_folder(tmp_path):
+    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    _fill(a)
+    assert sorted(a.guided_rows) == ["g1", "g2"]
+    path = a.save(str(tmp_path / "global_step_4"))
+    assert path.endswith("global_step_4/xrpo/state.pkl")
+    b = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    b.load(str(tmp_path / "global_step_4"))
+    assert pickle.dumps(b.state_dict()["counters"]) == pickle.dumps(a.state_dict()["counters"])
+    assert [e.prompt_id for e in b.corpus.retrieve("p3", "What is 1+1?", k=2)] == [
+        e.prompt_id for e in a.corpus.retrieve("p3", "What is 1+1?", k=2)
+    ]
+    probe = HashEncoder().encode(["a", "z"])
+    np.testing.assert_array_equal(
+        b.novelty.score(["p1", "p1"], probe, np.array([True, True])),
+        a.novelty.score(["p1", "p1"], probe, np.array([True, True])),
+    )
+    assert b.reward_var.gate("p1") == a.reward_var.gate("p1") < 1.0
+    assert [g.uid for g in b.guided_queue.pop_many(5)] == ["g1", "g2"]
+    assert b.guided_rows["g2"]["reward_model"]["ground_truth"] == "2"
+
+
+def test_missing_or_mismatched_state_is_an_error(tmp_path):
+    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    with pytest.raises(FileNotFoundError, match="no xrpo plugin state"):
+        a.load(str(tmp_path / "global_step_9"))
+    off = PluginState(_settings("after_norm"), embedder_factory=lambda cfg: HashEncoder())
+    off.save(str(tmp_path / "global_step_1"))  # saved without the variance EMA (after_norm)
+    with pytest.raises(ValueError, match="reward_var"):
+        a.load(str(tmp_path / "global_step_1"))
+
+
+def test_embedder_index_settings_reach_the_icl_corpus():
+    xrpo = XRPOConfig.from_dict({"embedder": {"index": "hnsw", "use_gpu": "never"}})
+    s = PluginSettings(xrpo=xrpo, extra=ExTraConfig(), adv_estimator="xrpo", norm_adv_by_std=True, rollout_n=16)
+    state = PluginState(s, embedder_factory=lambda cfg: HashEncoder())
+    assert (state.corpus.index_kind, state.corpus.use_gpu) == ("hnsw", "never")
+    import faiss
+
+    for i in range(5):
+        state.corpus.add(f"p{i}", f"What is {i}+{i}?", str(2 * i), step=0, num_tokens=1)
+    built = faiss.downcast_index(state.corpus._synced_index()._index.index)  # inside the id map
+    assert isinstance(built, faiss.IndexHNSWFlat)

@@ -1,0 +1,90 @@
+"""Trainer helpers that decide whether ICL can trigger and what the prefix metrics report.
+
+Regression: with the CPU tiny model the rendered ICL prompt (~150 tokens for K=2) never fit the
+64-token prompt cap, so every all-fail prompt fell back to zero-shot and `xrpo/icl/triggers` stayed 0.
+"""
+
+import torch
+
+from xrpo_verl.icl import ICLExample, render_icl_prompt
+from xrpo_verl.local.tiny_model import TinyModelConfig, build_tokenizer
+from xrpo_verl.verl_adapters.trainer import (
+    BatchView,
+    icl_token_budget,
+    prefix_mask_metrics,
+)
+
+
+def _tok():
+    return build_tokenizer(TinyModelConfig())
+
+
+def test_icl_budget_is_the_rollout_cap_minus_the_chat_template():
+    tok = _tok()
+    messages = [{"role": "user", "content": "57+88=?"}]
+    count = lambda t: len(tok.encode(t, add_special_tokens=False))
+    templated = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    overhead = count(templated) - count("57+88=?")
+    assert overhead > 0
+    budget = icl_token_budget(tok, messages, "57+88=?", count, 192)
+    assert budget == 192 - overhead
+    # the rendered user turn within that budget, once templated, fits the rollout's cap exactly or below
+    ex = [ICLExample("a", "3+4=?", "3+4\n=7\n\\boxed{7}", 1, 9), ICLExample("b", "5-2=?", "5-2\n=3\n\\boxed{3}", 1, 9)]
+    trunc = lambda t, n: tok.decode(tok.encode(t, add_special_tokens=False)[:n])
+    text = render_icl_prompt(
+        ex, "57+88=?", count_tokens=count, truncate=trunc, max_example_tokens=16, max_prompt_tokens=budget
+    )
+    assert text != "57+88=?"
+    user = [{"role": "user", "content": text}]
+    assert count(tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)) <= 192
+    # ...while the old cap of 64 tokens cannot hold even one example: zero-shot, no trigger
+    assert (
+        render_icl_prompt(
+            ex,
+            "57+88=?",
+            count_tokens=count,
+            truncate=trunc,
+            max_example_tokens=16,
+            max_prompt_tokens=icl_token_budget(tok, messages, "57+88=?", count, 64),
+        )
+        == "57+88=?"
+    )
+
+
+def _view(resp_lens, masks, kinds):
+    T = max(resp_lens)
+    mask = torch.zeros(len(resp_lens), T)
+    for i, m in enumerate(masks):
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    B = len(resp_lens)
+    return BatchView(
+        uids=[str(i) for i in range(B)],
+        keys=["k"] * B,
+        kinds=kinds,
+        raw_prompts=[None] * B,
+        responses=[torch.arange(n) for n in resp_lens],
+        prompts=None,
+        entropy=None,
+        mask=mask,
+        rm_scores=torch.zeros(B, T),
+        old_log_probs=torch.zeros(B, T),
+        valid=torch.tensor([True, True, True, False]),
+    )
+
+
+def test_prefix_mask_metrics_count_masked_response_tokens_per_kind():
+    view = _view(
+        [5, 4, 6, 3],
+        [[0, 0, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0]],
+        ["guided", "base", "guided", "guided"],
+    )  # the last row is verl padding: ignored
+    m = prefix_mask_metrics(view)
+    assert m == {
+        "xrpo/prefix/guided_rows": 2.0,
+        "xrpo/prefix/guided_rows_masked": 2.0,
+        "xrpo/prefix/masked_prefix_tokens": 5.0,
+        "xrpo/prefix/masked_tokens_other_rows": 0.0,
+    }
+    unmasked = _view([5, 4, 6, 3], [[1] * 5, [1, 1, 1, 0], [1] * 6, [1] * 3], ["guided", "base", "guided", "base"])
+    m = prefix_mask_metrics(unmasked)
+    assert m["xrpo/prefix/guided_rows_masked"] == 0.0 and m["xrpo/prefix/masked_tokens_other_rows"] == 1.0
