@@ -167,22 +167,8 @@ def test_lcb_refuses_a_pickle_that_imports_code(tmp_path):
 
 # --- Codeforces (open-r1 layout) -------------------------------------------------------------------
 
-CHECKER = "import sys\nexp = open(sys.argv[2]).read().split()\ngot = open(sys.argv[3]).read().split()\nprint(1 if sorted(exp) == sorted(got) else 0)\n"
 
-
-def cf_record(pid, **over):
-    record = {
-        "id": pid, "contest_id": 1, "index": "A", "title": "Pair", "description": "Print a and b in any order.",
-        "input_format": "Two integers.", "output_format": "Two integers.", "interaction_format": None, "note": None,
-        "examples": [{"input": "1 2\n", "output": "1 2\n"}], "time_limit": 1.0, "memory_limit": 256.0, "input_mode": "stdio",
-        "generated_checker": CHECKER, "official_tests": [{"input": "1 2\n", "output": "1 2\n"}, {"input": "3 4\n", "output": "3 4\n"}],
-        "rating": 800, "tags": ["implementation"],
-    }  # fmt: skip
-    record.update(over)
-    return record
-
-
-def test_codeforces_converts_checker_and_reports_what_it_excludes():
+def test_codeforces_converts_checker_and_reports_what_it_excludes(cf_record):
     records = [
         cf_record("1/A"),
         cf_record("2/B", interaction_format="interact"),
@@ -198,7 +184,7 @@ def test_codeforces_converts_checker_and_reports_what_it_excludes():
     assert "## Example 1" in rows[0]["prompt"][0]["content"]
 
 
-def test_codeforces_malformed_record_raises_naming_it():
+def test_codeforces_malformed_record_raises_naming_it(cf_record):
     with pytest.raises(RowError, match="'5/E'.*time_limit"):
         convert_cf_records([cf_record("5/E", time_limit=None)], "test", "qwen", progress=False)
     with pytest.raises(RowError, match="cf/6/F.*time_limit_s"):

@@ -93,10 +93,8 @@ def test_humaneval_canonical_solutions_pass_and_a_wrong_one_fails():
 
 
 @needs_bwrap
-def test_codeforces_checker_adapter_accepts_any_valid_order():
+def test_codeforces_checker_adapter_accepts_any_valid_order(cf_record):
     """The open-r1 checker prints 1/0; the adapter turns that into the sandbox's exit code."""
-    from test_data_converters import cf_record  # the same open-r1 style record
-
     rows, _ = convert_cf_records([cf_record("1/A")], "test", "qwen", progress=False)
     extra = rows[0]["extra_info"]
     swapped = "```python\na, b = input().split()\nprint(b, a)\n```"

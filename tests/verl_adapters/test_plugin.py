@@ -1,7 +1,9 @@
-"""`import verl` alone, in a fresh process, must run our plugin registration.
+"""`import verl` alone, in a fresh process, must run our plugin registration, and stay cheap.
 
 verl loads `verl.plugins` entry points inside `verl/__init__.py` and swallows load errors at
-DEBUG level, so a broken plugin would otherwise go unnoticed until a config lookup fails.
+DEBUG level, so a broken plugin would otherwise go unnoticed until a config lookup fails. Our names
+are filled into each registry when verl loads it (plugin.py), so `import verl` itself must load no
+more of verl than it does without us, and must not fix verl's device platform.
 """
 
 import json
@@ -19,8 +21,8 @@ from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 plugin = sys.modules.get("xrpo_verl.verl_adapters.plugin")
 print(json.dumps({
     "plugin_loaded": plugin is not None,
-    "modules_loaded": list(getattr(plugin, "LOADED", [])),
-    "modules_wanted": list(getattr(plugin, "REGISTRATION_MODULES", [])),
+    "registered": list(getattr(plugin, "REGISTERED", [])),
+    "wanted": list(getattr(plugin, "REGISTRATIONS", [])),
     "adv_estimators": sorted(ADV_ESTIMATOR_REGISTRY),
     "reward_managers": sorted(REWARD_MANAGER),
     "agent_loops": sorted(_agent_loop_registry),
@@ -39,7 +41,7 @@ def _probe(**env_overrides):
 def test_import_verl_alone_registers_every_name():
     seen = _probe()
     assert seen["plugin_loaded"], "the verl.plugins entry point was not loaded by `import verl`"
-    assert seen["modules_loaded"] == seen["modules_wanted"], "a registration module is missing"
+    assert sorted(seen["registered"]) == sorted(seen["wanted"]), "a registry was loaded without our names"
     assert {"xrpo", "extra", "xrpo_extra"} <= set(seen["adv_estimators"])
     assert "xrpo" in seen["reward_managers"]
     assert {"xrpo_icl", "extra_prefix"} <= set(seen["agent_loops"])
@@ -52,3 +54,66 @@ def test_disabling_verl_plugins_removes_our_names():
     assert not seen["plugin_loaded"]
     assert not {"xrpo", "extra", "xrpo_extra"} & set(seen["adv_estimators"])
     assert "xrpo" not in seen["reward_managers"]
+
+
+LIGHT_PROBE = r"""
+import json, sys
+import verl
+import verl.plugin.platform.platform_manager as pm
+print(json.dumps({
+    "plugin_loaded": "xrpo_verl.verl_adapters.plugin" in sys.modules,
+    "verl_modules": sorted(m for m in sys.modules if m.startswith("verl")),
+    "ours_heavy": sorted(m for m in sys.modules if m.startswith("xrpo_verl.verl_adapters.")
+                         and m not in ("xrpo_verl.verl_adapters", "xrpo_verl.verl_adapters.plugin")),
+    "platform_chosen": pm._current_platform is not None,
+}))
+"""
+
+
+def _light(**env_overrides):
+    env = {**os.environ, **env_overrides}
+    env.pop("XRPO_VERL_CPU", None)
+    out = subprocess.run([sys.executable, "-c", LIGHT_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_verl_loads_no_more_of_verl_with_the_plugin():
+    """Before: our entry point imported the trainer and agent loops, 171 verl modules instead of 23."""
+    with_plugin, without = _light(), _light(VERL_USE_EXTERNAL_PLUGINS="none")
+    assert with_plugin["plugin_loaded"] and not without["plugin_loaded"]
+    assert set(with_plugin["verl_modules"]) <= set(without["verl_modules"])
+    assert with_plugin["ours_heavy"] == []
+    # verl's platform is chosen when verl first needs a device, so a VERL_PLATFORM set after
+    # `import verl` still counts.
+    assert not with_plugin["platform_chosen"]
+
+
+def test_agent_loop_paths_named_by_the_plugin_are_the_registered_classes():
+    import verl.trainer.ppo.v1  # noqa: F401 (verl loads its registries before ours, as in a verl run)
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, _agent_loop_registry
+
+    from xrpo_verl.verl_adapters import agent_loops, plugin
+
+    for name, target in plugin.AGENT_LOOPS.items():
+        assert _agent_loop_registry[name] == {"_target_": target}
+        module, _, cls = target.rpartition(".")
+        assert module == agent_loops.__name__ and issubclass(getattr(agent_loops, cls), AgentLoopBase)
+
+
+ORDER_PROBE = r"""
+import json
+from xrpo_verl.verl_adapters import agent_loops  # ours first: it loads verl's trainer package itself
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+before = "xrpo" in TRAINER_REGISTRY
+from xrpo_verl.verl_adapters import trainer
+print(json.dumps({"before": before, "after": TRAINER_REGISTRY.get("xrpo") is trainer.XrpoTrainer}))
+"""
+
+
+def test_importing_our_agent_loops_first_does_not_break_the_import():
+    """Our agent loops import verl's trainer package, whose registration would import our trainer,
+    which imports the half-done agent loops: the plugin must skip that and leave it to our trainer."""
+    out = subprocess.run([sys.executable, "-c", ORDER_PROBE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["after"]
