@@ -1,7 +1,7 @@
 """Convergence study on CPU with the tiny model: GRPO vs XRPO, ExTra and XRPO+ExTra at equal rollouts.
 
 Not a CI test (each run trains verl's real trainer on CPU for minutes). For each method and seed
-it runs `xrpo_verl.local.launch` on the generated arithmetic task (`recipes/cpu/<method>.yaml`,
+it runs `xrpo_verl.local.launch` on the generated arithmetic task (`xrpo_verl/local/recipes/<method>.yaml`,
 the same n = n_avg rollouts per prompt for every method), validates every `--val-every` steps
 with k samples, then reports per method: steps to reach the target validation accuracy
 (mean@k), the final pass@k (verl's best@k), mean and spread over seeds, and a plot.
@@ -135,7 +135,7 @@ def plot(summary: dict, args, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--methods", nargs="+", default=["grpo", "xrpo", "extra", "xrpo_extra"], help="recipes/cpu/<method>.yaml names"
+        "--methods", nargs="+", default=["grpo", "xrpo", "extra", "xrpo_extra"], help="xrpo_verl/local/recipes/<method>.yaml names"
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=40)

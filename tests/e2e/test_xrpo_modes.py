@@ -22,7 +22,7 @@ from xrpo_verl.planner import round_budgets
 
 pytestmark = pytest.mark.slow
 
-PREFIX_PER_STEP = 2  # recipes/cpu/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
+PREFIX_PER_STEP = 2  # xrpo_verl/local/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
 
 
 def read_metrics(path: Path) -> dict[int, dict]:

@@ -146,7 +146,7 @@ def plot(metrics: dict[int, dict], path: Path, title: str, val_label: str = "gre
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--recipe", default=None, help="recipes/cpu/<recipe>.yaml (default: xrpo if installed, else grpo)"
+        "--recipe", default=None, help="xrpo_verl/local/recipes/<recipe>.yaml (default: xrpo if installed, else grpo)"
     )
     parser.add_argument("--steps", type=int, default=20, help="training steps")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="prompts per step (B)")

@@ -2,7 +2,7 @@
 
 `cpu_env()` turns the CPU switch on for the launched process and every Ray worker it starts;
 `cpu_overrides()` holds the Hydra overrides a CPU run needs (each with the reason); the recipe
-files in `recipes/cpu/<name>.yaml` add the algorithm. Used by the tests, the demo and
+files in `xrpo_verl/local/recipes/<name>.yaml` add the algorithm. Used by the tests, the demo and
 `recipes/cpu/run.sh`:
 
     python -m xrpo_verl.local.launch --recipe grpo --steps 2 --out outputs/cpu_grpo
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from xrpo_verl.local.register import CPU_SWITCH
 
-RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes" / "cpu"
+# Package data, so an installed wheel runs the CPU recipes and the demo from any directory.
+RECIPE_DIR = Path(__file__).resolve().parent / "recipes"
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ RECIPE_KEYS = ("description", "config_name", "extends", "overrides")
 
 
 def load_recipe(name: str) -> dict:
-    """`recipes/cpu/<name>.yaml` merged with the files it `extends` (their overrides first)."""
+    """`RECIPE_DIR/<name>.yaml` merged with the files it `extends` (their overrides first)."""
     import yaml
 
     path = RECIPE_DIR / f"{name}.yaml"
@@ -235,7 +236,7 @@ def launch(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo.")
-    parser.add_argument("--recipe", default="grpo", help="recipes/cpu/<recipe>.yaml")
+    parser.add_argument("--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--out", default="outputs/cpu_run")
     parser.add_argument("--prompts-per-step", type=int, default=4)
