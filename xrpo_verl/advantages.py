@@ -94,11 +94,6 @@ def sequence_mean_logprob(log_probs: torch.Tensor, response_mask: torch.Tensor) 
     return _masked_row_mean("log_probs", log_probs, response_mask)
 
 
-def mean_token_entropy(entropy: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """MTE(y) = (1/|y|) sum_t H_t over the response mask; (B, T) -> (B,), 0 for empty rows."""
-    return _masked_row_mean("entropy", entropy, response_mask)
-
-
 def _masked_row_mean(name: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or x.shape != mask.shape:
         raise ValueError(f"{name} (B, T) and response_mask must match, got {tuple(x.shape)} vs {tuple(mask.shape)}")
