@@ -31,9 +31,7 @@ _BASE: dict[str, float] = {}
 
 
 def test_bench_planner_sim_quality(benchmark):
-    runs = benchmark.pedantic(
-        lambda: [compare(replace(SIM, seed=s), POOL) for s in SEEDS], rounds=1, iterations=1
-    )
+    runs = benchmark.pedantic(lambda: [compare(replace(SIM, seed=s), POOL) for s in SEEDS], rounds=1, iterations=1)
     for strategy in STRATEGIES:
         for key in (
             "informative_share",

@@ -131,7 +131,10 @@ class PlannerConfig(_Config):
     rounds: int = _f(2, "R, dynamic rounds after the base phase (3 phases in total). [R]")
     n_max: int = _f(32, "Cap on rollouts for one prompt in one step, n_q <= n_max. [I]")
     alpha: float = _f(0.05, "alpha, Student-t confidence level of h_q(n) = t_{1-alpha/2,n-1} s_q/sqrt(n). [I/3P]")
-    lam: float = _f(0.03, "lambda, exploration-bonus coefficient in phi_q; T, n_q count this step's rollouts. [I] (docs/algorithms.md)")
+    lam: float = _f(
+        0.03,
+        "lambda, exploration-bonus coefficient in phi_q; T, n_q count this step's rollouts. [I] (docs/algorithms.md)",
+    )
     bonus_form: Literal["sqrt", "inverse"] = _f(
         "sqrt", "phi_q form: sqrt = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), inverse = lambda*ln(1+T)/n_q. [3P]"
     )

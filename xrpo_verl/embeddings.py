@@ -22,6 +22,7 @@ _GPU = ("auto", "never", "always")
 
 _NORM_TOL = 1e-3
 
+
 def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """Return `x` as float32 (N, d) after checking every row has unit L2 norm."""
     x = np.asarray(x, dtype=np.float32)
@@ -35,7 +36,6 @@ def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.nda
     if x.shape[0] and np.max(np.abs(norms - 1.0)) > _NORM_TOL:
         raise ValueError(f"{name} rows must be L2-normalised; norms range {norms.min():.4f}..{norms.max():.4f}")
     return x
-
 
 
 def default_model_path() -> str:
@@ -101,7 +101,6 @@ class Embedder:
             texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
         )
         return np.ascontiguousarray(z, dtype=np.float32)
-
 
     def window(self) -> int:
         """Tokens of text the encoder sees: max_seq_length minus its special tokens ([CLS], [SEP])."""

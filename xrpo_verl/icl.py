@@ -16,8 +16,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex
-from xrpo_verl.embeddings import check_unit_rows
+from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex, check_unit_rows
 
 KeepPolicy = Literal["recent", "shortest"]
 _KEEP = ("recent", "shortest")

@@ -18,6 +18,7 @@ import numpy as np
 
 from xrpo_verl.embeddings import check_unit_rows
 
+
 class NoveltyMemory:
     """Ring buffer of response embeddings per prompt key, and the novelty score against it.
 

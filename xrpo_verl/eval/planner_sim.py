@@ -160,7 +160,7 @@ def simulate(strategy: Strategy, sim: SimConfig = SimConfig(), pool_cfg: PoolCon
     pool = sample_pool(pool_cfg, np.random.default_rng(sim.seed))
     rng = np.random.default_rng(sim.seed + 1)  # same batches for every strategy
     total = StepStats(0, 0, 0.0, 0)
-    for step in range(sim.steps):
+    for _ in range(sim.steps):
         p = pool[rng.choice(pool.size, size=sim.batch_prompts, replace=False)]
         if strategy == "uniform":
             s = uniform_step(p, sim, rng)
