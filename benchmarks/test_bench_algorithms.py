@@ -21,9 +21,10 @@ import torch
 
 from xrpo_verl import advantages as A
 from xrpo_verl import planner as P
+from xrpo_verl.config import PlannerConfig
 from xrpo_verl.icl import ICLCorpus
 from xrpo_verl.novelty import NoveltyMemory
-from xrpo_verl.prefix import PrefixMemory, prefix_mean_entropies, select_prefix, step_boundaries
+from xrpo_verl.prefix import PrefixMemory, prefix_mean_entropies, step_boundaries
 
 B = int(os.environ.get("XRPO_BENCH_B", 512))
 G = int(os.environ.get("XRPO_BENCH_G", 16))
@@ -75,10 +76,12 @@ def test_bench_planner(benchmark):
     rewards = [rng.integers(0, 2, 8).tolist() for _ in range(B)]
     budgets = P.round_budgets(B, 16, 8, 2)
 
+    cfg = PlannerConfig()
+
     def run():
-        extra = P.allocate(rewards, budgets[1], step=100, n_max=32)
+        extra = P.plan_round(rewards, budgets[1], cfg).extra
         grown = [r + [0] * k for r, k in zip(rewards, extra)]
-        return P.allocate(grown, budgets[2], step=100, n_max=32)
+        return P.plan_round(grown, budgets[2], cfg).extra
 
     benchmark.pedantic(run, rounds=5, warmup_rounds=1)
     _ratio(benchmark)
@@ -152,7 +155,6 @@ def test_bench_prefix_selection(benchmark):
             b = step_boundaries(ids, {13}, min_gap=32, max_candidates=15, max_len=T // 2)
             s = prefix_mean_entropies(h, b)
             e = emb[q, : len(b)]
-            select_prefix(b, s, e, tau=0.1)
             for j, bj in enumerate(b):
                 memory.add(f"p{q}", ids[:bj], float(s[j]), e[j])
             picks.append(memory.select(f"p{q}", tau=0.1))

@@ -16,18 +16,19 @@ def test_defaults_match_the_spec():
     assert (x.planner.alpha, x.planner.lam, x.planner.bonus_form) == (0.05, 0.03, "sqrt")
     assert (x.sharpening.coef, x.sharpening.cap_frac) == (2.5, 0.5)
     assert (x.icl.k, x.icl.per_prompt, x.icl.max_example_tokens, x.icl.mode) == (2, 1, 1024, "with_icl")
+    assert x.icl.max_similarity < 1.0 and x.planner.allocation == "priority"
     e = C.ExTraConfig()
     assert (e.novelty.scale, e.novelty.memory_size, e.novelty.warmup, e.novelty.placement) == (
         0.01,
         16,
-        8,
-        "after_norm",
+        1,  # reference set = memory u siblings: scored from the first visit (issue 11 point 1)
+        "before_norm",  # the placement the released alpha = 0.01 was tuned for
     )
     assert (e.prefix.min_gap, e.prefix.max_candidates, e.prefix.tau, e.prefix.hard_threshold) == (
         32,
         15,
         0.1,
-        "at_most_one",
+        "all_fail",  # the paper's hard prompt (issue 11 point 4)
     )
     assert e.embedder.model is None and e.embedder.index == "flat"
 

@@ -109,3 +109,22 @@ def test_gpu_policy_and_bad_input():
     with pytest.raises(ValueError, match="ids"):
         idx.add(np.ones((2, 8), np.float32), np.arange(3))
     assert idx.search(np.ones((1, 8), np.float32), 2)[1].tolist() == [[-1, -1]]
+
+
+def test_long_texts_keep_their_end_counted_in_the_encoders_tokenizer(embedder):
+    """Pins issue 11 point 2: MiniLM sees 256 wordpieces and sentence-transformers keeps the first
+    ones, so two long responses that differ only in their final answer embedded identically (cos 1.0).
+    `encode` now keeps the end that fits the encoder's window; keep="head" still asks for the start."""
+    body = "".join(f"Step {i}: we add {i} apples to the basket and count them again carefully.\n" for i in range(60))
+    a, b = body + "So the final answer is 42.", body + "Therefore the probability is one third."
+    tok = embedder._model.tokenizer
+    assert len(tok(a, add_special_tokens=False)["input_ids"]) > 3 * embedder.window()
+    tails = embedder.tails([a])
+    assert tails[0].endswith("So the final answer is 42.")
+    assert len(tok(tails[0], add_special_tokens=False)["input_ids"]) <= embedder.window()
+    za, zb = embedder.encode([a, b])
+    assert float(za @ zb) < 0.99
+    ha, hb = embedder.encode([a, b], keep="head")
+    assert float(ha @ hb) > 0.999  # the start alone cannot tell them apart
+    short = ["3+4=7", "3+4=8"]
+    assert np.array_equal(embedder.encode(short), embedder.encode(short, keep="head"))  # fits: unchanged

@@ -1,4 +1,4 @@
-"""ICL corpus: admission, keep policy, top-K retrieval with self-exclusion, rendering and truncation.
+"""ICL corpus: admission, keep policy, top-K retrieval with self-exclusion, rendering (whole solutions only) and the similarity ceiling.
 
 The embedder here is a fake (bag of words over a fixed vocabulary) so the cosines can be computed
 by hand; retrieval with the real MiniLM is in test_embeddings.py."""
@@ -32,10 +32,6 @@ def count(t):
     return len(t.split())
 
 
-def cut(t, n):
-    return " ".join(t.split()[:n])
-
-
 def _corpus(**kw):
     c = ICLCorpus(BagOfWords(), **kw)
     c.add("q1", "apple pear", "sol1", step=1, num_tokens=1)
@@ -59,7 +55,7 @@ def test_empty_corpus_and_only_self_give_zero_shot():
     assert c.retrieve("q1", "apple", k=2) == []
     c.add("q1", "apple", "s", step=0, num_tokens=1)
     assert c.retrieve("q1", "apple", k=2, min_similarity=0.0) == []
-    assert render_icl_prompt([], "solve x", count_tokens=count, truncate=cut) == "solve x"
+    assert render_icl_prompt([], "solve x", count_tokens=count).text == "solve x"
 
 
 def test_admission_and_keep_policies():
@@ -90,25 +86,39 @@ def _ex(pid, problem, sol):
     return ICLExample(pid, problem, sol, 0, count(sol))
 
 
-def test_render_truncates_each_example_and_keeps_the_prompt_last():
-    exs = [_ex("a", "P1", "w " * 10), _ex("b", "P2", "v v")]
-    text = render_icl_prompt(exs, "solve it", count_tokens=count, truncate=cut, max_example_tokens=3)
-    assert "Problem: P1\nSolution: w w w\n" in text and "Solution: v v\n" in text
-    assert text.endswith("Now solve the following problem.\nsolve it")
+def test_render_skips_long_solutions_whole_and_keeps_the_prompt_last():
+    """Pins issue 11 point 5: a solution is never cut (its end holds the answer); one longer than
+    max_example_tokens is skipped. The old code cut it to its first tokens, losing the answer."""
+    exs = [_ex("a", "P1", "w " * 10 + "ANSWER"), _ex("b", "P2", "v v ANSWER")]
+    r = render_icl_prompt(exs, "solve it", count_tokens=count, max_example_tokens=3)
+    assert [e.prompt_id for e in r.examples] == ["b"] and r.skipped_long == 1
+    assert "P1" not in r.text and "Problem: P2\nSolution: v v ANSWER\n" in r.text
+    assert r.text.endswith("Now solve the following problem.\nsolve it")
+    assert all(e.response_text in r.text for e in r.examples)  # every shown solution is whole
 
 
-def test_render_drops_examples_before_truncating_then_falls_back():
+def test_render_drops_examples_rather_than_cutting_then_falls_back():
     exs = [_ex("a", "P1", "w " * 6), _ex("b", "P2", "v " * 6)]
-    full = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut)
-    one = render_icl_prompt(exs[:1], "go", count_tokens=count, truncate=cut)
+    full = render_icl_prompt(exs, "go", count_tokens=count).text
+    one = render_icl_prompt(exs[:1], "go", count_tokens=count).text
     # a cap that fits one full example but not two: the second is dropped, the first stays whole
-    text = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=count(one))
-    assert text == one and count(full) > count(one)
-    # tighter: the single example is truncated to fit exactly
-    text = render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=count(one) - 2)
-    assert "Solution: w w w w\n" in text and count(text) <= count(one) - 2
-    # no room for any solution token: zero-shot
-    assert render_icl_prompt(exs, "go", count_tokens=count, truncate=cut, max_prompt_tokens=5) == "go"
+    r = render_icl_prompt(exs, "go", count_tokens=count, max_prompt_tokens=count(one))
+    assert r.text == one and count(full) > count(one) and len(r.examples) == 1
+    # tighter: the single example does not fit whole, so it is not shown at all (zero-shot)
+    r = render_icl_prompt(exs, "go", count_tokens=count, max_prompt_tokens=count(one) - 2)
+    assert r.text == "go" and r.examples == ()
+
+
+def test_similarity_ceiling_skips_near_duplicates_of_the_query():
+    """Pins issue 11 point 5: the same problem stored under another id (similarity 1.0) would hand the
+    model the query's answer; the ceiling skips it and retrieval moves on to the next prompt."""
+    c = _corpus()
+    c.add("q1_copy", "apple pear", "the answer of q1", step=1, num_tokens=3)
+    assert c.retrieve("q1", "apple pear", k=1)[0].prompt_id == "q1_copy"  # no ceiling: the duplicate leaks
+    got = c.retrieve("q1", "apple pear", k=2, max_similarity=0.98)
+    assert [e.prompt_id for e in got] == ["q2", "q3"]
+    with pytest.raises(ValueError, match="below min_similarity"):
+        c.retrieve("q1", "apple", k=1, min_similarity=0.5, max_similarity=0.2)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +134,7 @@ def test_render_drops_examples_before_truncating_then_falls_back():
             ),
             "L2-normalised",
         ),
-        (lambda: render_icl_prompt([], "x", count_tokens=count, truncate=cut, max_example_tokens=0), "max_example"),
+        (lambda: render_icl_prompt([], "x", count_tokens=count, max_example_tokens=0), "max_example"),
     ],
 )
 def test_bad_input_raises(call, needle):

@@ -15,17 +15,30 @@ def _warm(mem, key, vecs):
 
 
 def test_zero_until_warmup_then_one_minus_max_cos():
-    mem = NoveltyMemory(capacity=4, warmup=2)
+    mem = NoveltyMemory(capacity=4, warmup=3)
     z = np.stack([E[2], E[3]])
     ok = np.array([True, True])
     _warm(mem, "p", [E[0]])
-    assert np.all(mem.score(["p", "p"], z, ok) == 0)  # 1 stored < warmup 2
+    assert np.all(mem.score(["p", "p"], z, ok) == 0)  # 1 stored + 1 sibling < warmup 3
     _warm(mem, "p", [E[0]])
     # orthogonal to memory and to each other: novelty 1
     assert np.allclose(mem.score(["p", "p"], z, ok), [1.0, 1.0])
     # a response at 60 degrees to the memory: 1 - cos = 0.5; its sibling is orthogonal to it
     v = np.array([0.5, np.sqrt(0.75), 0, 0], dtype=np.float32)
     assert np.allclose(mem.score(["p", "p"], np.stack([v, E[3]]), ok), [0.5, 1.0], atol=1e-6)
+
+
+def test_first_visit_scores_against_this_steps_siblings():
+    """Pins issue 11 point 1 (warm-up): with an empty memory, the released code's rule (memory must
+    hold `warmup` entries) gave 0 to every response of a prompt's first visit, i.e. the whole first
+    epoch. The reference set is now memory u siblings, so a first visit already scores."""
+    mem = NoveltyMemory(capacity=16, warmup=1)
+    v = np.array([0.6, 0.8, 0, 0], dtype=np.float32)
+    nov = mem.score(["p", "p", "p"], np.stack([E[0], v, E[2]]), np.array([True, True, False]))
+    assert np.allclose(nov, [1 - 0.6, 1 - 0.6, 0.0], atol=1e-6)  # nearest sibling at cos 0.6; wrong: 0
+    z, ok = np.stack([E[0], v, E[2]]), np.ones(3, bool)
+    assert NoveltyMemory(capacity=16, warmup=2).score(["p"] * 3, z, ok)[0] == pytest.approx(0.4)  # 2 siblings
+    assert np.all(NoveltyMemory(capacity=16, warmup=3).score(["p"] * 3, z, ok) == 0)  # 2 siblings < 3
 
 
 def test_identical_siblings_are_not_novel_but_self_is_excluded():

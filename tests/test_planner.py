@@ -10,6 +10,16 @@ from hypothesis import strategies as st
 from scipy.stats import t as student_t
 
 from xrpo_verl import planner as P
+from xrpo_verl.config import PlannerConfig
+
+
+def _cfg(**kw) -> PlannerConfig:
+    """A planner config whose n_base/n_avg leave every test group under n_max."""
+    return PlannerConfig(**{"n_base": 1, "n_avg": 1, "rounds": 2, **kw})
+
+
+def _alloc(groups, budget, **kw) -> list[int]:
+    return P.plan_round(groups, budget, _cfg(**kw)).extra
 
 
 def _h(s, n, alpha):  # h_q(n) = t_{1-a/2,n-1} s / sqrt(n), straight from the definition
@@ -71,7 +81,7 @@ def test_priority_matches_brute_force(form):
     rng = np.random.default_rng(0)
     for _ in range(20):
         r = rng.random(int(rng.integers(1, 20))).round(2).tolist()  # continuous partial credit
-        got = P.allocation_priority(r, step=37, alpha=0.1, lam=0.05, bonus=form)
+        got = P.priority_diagnostics([r], step=37, alpha=0.1, lam=0.05, bonus=form).priority[0]
         assert got == pytest.approx(_brute_priority(r, 37, 0.1, 0.05, form), rel=1e-12, abs=1e-15)
 
 
@@ -91,9 +101,9 @@ def test_smoothed_std_separates_all_fail_from_all_pass_only_by_its_formula():
 
 def test_allocate_worked_example():
     rewards = [[0, 1, 0, 1], [0, 0, 0, 0], [1, 1, 1, 0], [1]]
-    pis = [_brute_priority(r, 10, 0.05, 0.03, "sqrt") for r in rewards]
-    got = P.allocate(rewards, 20, step=10, n_max=8)
-    assert P.allocate(rewards, 9, step=10, n_max=8) == _brute_allocate(pis, 9, [4, 4, 4, 7])
+    pis = [_brute_priority(r, 13, 0.05, 0.03, "sqrt") for r in rewards]  # T = 13 rollouts so far
+    got = _alloc(rewards, 20, n_max=8)
+    assert _alloc(rewards, 9, n_max=8) == _brute_allocate(pis, 9, [4, 4, 4, 7])
     assert got == _brute_allocate(pis, 20, [8 - len(r) for r in rewards])
     assert got == [4, 4, 4, 7]  # headroom 19 < budget 20: everyone is filled to n_max
 
@@ -116,15 +126,15 @@ def test_remainder_ties_go_to_higher_priority_then_lower_index():
     groups=st.lists(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=1, max_size=10), min_size=1, max_size=12),
     budget=st.integers(0, 80),
     n_max=st.integers(10, 20),
-    step=st.integers(0, 500),
     form=st.sampled_from(["sqrt", "inverse"]),
 )
-def test_allocation_invariants_and_brute_force(groups, budget, n_max, step, form):
-    got = P.allocate(groups, budget, step=step, n_max=n_max, bonus=form)
+def test_allocation_invariants_and_brute_force(groups, budget, n_max, form):
+    got = _alloc(groups, budget, n_max=n_max, bonus_form=form)
     room = [n_max - len(g) for g in groups]
     assert sum(got) == min(budget, sum(room))
     assert all(0 <= k <= r for k, r in zip(got, room))
-    pis = list(P.priority_diagnostics(groups, step=step, bonus=form).priority)
+    step = sum(len(g) for g in groups)
+    pis = [_brute_priority(g, step, 0.05, 0.03, form) for g in groups]
     assert got == _brute_allocate(pis, budget, room)
 
 
@@ -132,7 +142,7 @@ def test_allocation_invariants_and_brute_force(groups, budget, n_max, step, form
 @given(q=st.integers(1, 20), per=st.integers(0, 5), extra=st.integers(0, 19))
 def test_equal_priorities_give_a_uniform_split(q, per, extra):
     extra = extra % q
-    got = P.allocate([[0, 1, 1]] * q, q * per + extra, step=3, n_max=100)
+    got = _alloc([[0, 1, 1]] * q, q * per + extra, n_max=100)
     assert got == [per + 1] * extra + [per] * (q - extra)
 
 
@@ -146,14 +156,14 @@ def test_round_budgets_phased_plan():
 @pytest.mark.parametrize(
     "call,needle",
     [
-        (lambda: P.allocate([[0, 1], []], 4, step=1), "empty"),
-        (lambda: P.allocate([[0, float("nan")]], 4, step=1), "non-finite"),
-        (lambda: P.allocate([], 4, step=1), "empty"),
-        (lambda: P.allocate([[0, 1]], 4, step=1, bonus="log"), "bonus form"),
-        (lambda: P.allocate([[0, 1]], -1, step=1), "budget"),
-        (lambda: P.allocate([[0, 1] * 20], 4, step=1, n_max=32), "n_max"),
-        (lambda: P.allocate([[0, 1]], 4, step=1, alpha=0.0), "alpha"),
-        (lambda: P.allocate([[0, 1]], 4, step=1, k=0), "k"),
+        (lambda: _alloc([[0, 1], []], 4), "empty"),
+        (lambda: _alloc([[0, float("nan")]], 4), "non-finite"),
+        (lambda: _alloc([], 4), "empty"),
+        (lambda: P.priority_diagnostics([[0, 1]], step=1, bonus="log"), "bonus form"),
+        (lambda: _alloc([[0, 1]], -1), "budget"),
+        (lambda: _alloc([[0, 1] * 20], 4, n_max=32), "n_max"),
+        (lambda: P.priority_diagnostics([[0, 1]], step=1, alpha=0.0), "alpha"),
+        (lambda: P.priority_diagnostics([[0, 1]], step=1, k=0), "k"),
         (lambda: P.allocate_by_priority([1.0, 2.0], 4, [1]), "headroom"),
         (lambda: P.ci_half_width(0.5, 1, 0.05), "n >= 2"),
         (lambda: P.round_budgets(4, 6, 8, 2), "n_avg"),
@@ -163,3 +173,25 @@ def test_round_budgets_phased_plan():
 def test_bad_input_raises_value_error_naming_the_problem(call, needle):
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+def test_bonus_counts_this_steps_rollouts_so_it_does_not_grow_over_training():
+    """Pins issue 11 point 6: phi_q uses T = rollouts generated so far this step and n_q = this step's
+    rollouts of q (UCB1 within the step). The same groups planned at step 1 or step 300 of training
+    get the same phi; the old T = global step made it grow ~3x from step 1 to 300."""
+    groups = [[0, 0, 0, 0], [1, 1, 1, 1], [0, 1], [1]]
+    plan = P.plan_round(groups, 6, _cfg(n_max=8, lam=0.1))
+    t = 4 + 4 + 2 + 1
+    assert plan.step_rollouts == t
+    want = [0.1 * math.sqrt(math.log(1 + t) / n) for n in (4, 4, 2, 1)]
+    assert plan.diagnostics.phi.tolist() == pytest.approx(want)
+    # a prompt sampled again in a later epoch: only this step's counts enter, so phi cannot grow
+    again = P.plan_round(groups, 6, _cfg(n_max=8, lam=0.1))
+    assert again.diagnostics.phi.tolist() == plan.diagnostics.phi.tolist()
+    assert plan.all_fail == [True, False, False, False]
+
+
+def test_uniform_allocation_splits_each_round_evenly_whatever_the_priority():
+    groups = [[0, 0], [0, 1], [1, 1], [0, 1]]
+    assert P.plan_round(groups, 8, _cfg(n_max=8, allocation="uniform")).extra == [2, 2, 2, 2]
+    assert P.plan_round(groups, 8, _cfg(n_max=8)).extra != [2, 2, 2, 2]  # priority puts more on mixed groups

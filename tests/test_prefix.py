@@ -9,9 +9,9 @@ from xrpo_verl.prefix import (
     GuidedPrompt,
     GuidedQueue,
     PrefixMemory,
+    group_candidates,
     is_hard,
     prefix_mean_entropies,
-    select_anchor,
     select_prefix,
     smoothed_scores,
     step_boundaries,
@@ -21,19 +21,25 @@ NL = 10  # newline token id
 
 
 def test_is_hard_thresholds():
+    """Pins issue 11 point 4: the default is the paper's hard prompt (no correct rollout); the released
+    code's pass rate <= 1/n is an option."""
+    assert is_hard([0, 0, 0]) and not is_hard([0, 1, 0])
     assert is_hard([0, 0, 0], "all_fail") and not is_hard([0, 1, 0], "all_fail")
     assert is_hard([0, 1, 0], "at_most_one") and not is_hard([1, 1, 0], "at_most_one")
     assert is_hard([-1, -1], "all_fail")  # DAPO +-1 rewards
     assert is_hard([0.5, 0.2], "all_fail", success_cutoff=0.9)
 
 
-def test_step_boundaries_merge_drop_final_and_cap():
+def test_step_boundaries_merge_never_whole_response_and_cap():
     ids = [1] * 100
     for p in (4, 9, 40, 50, 80, 99):
         ids[p] = NL
     # candidates after the newline: 5, 10, 41, 51, 81, 100; min_gap 32 from 0 -> 41, 81 (51 too close), then
-    # 100 is < 32 after 81 so merged away; drop final -> [41]
-    assert step_boundaries(ids, {NL}, min_gap=32) == [41]
+    # 100 is < 32 after 81 so merged away (and 100 = T would be the whole response)
+    assert step_boundaries(ids, {NL}, min_gap=32) == [41, 81]
+    # every step but the last is a candidate, also when the response does not end with a newline
+    assert step_boundaries([1, NL, 1, NL, 1], {NL}, min_gap=1) == [2, 4]
+    assert step_boundaries([1, NL, 1, NL], {NL}, min_gap=1) == [2]
     assert step_boundaries(ids, {NL}, min_gap=5) == [5, 10, 41, 51, 81]
     assert step_boundaries(ids, {NL}, min_gap=5, max_len=45) == [5, 10, 41]
     many = ([1] * 3 + [NL]) * 40  # newline every 4 tokens -> 40 boundaries, 39 after dropping the last
@@ -57,16 +63,34 @@ def test_smoothing_identical_embeddings_gives_uniform_mean_and_orthogonal_keeps_
     assert np.allclose(smoothed_scores(s, eye, 0.1), w_self * s + (1 - w_self) / 2 * (s.sum() - s))
 
 
-def test_select_prefix_returns_lowest_smoothed_span():
+def test_select_prefix_returns_lowest_smoothed_score():
     e = np.eye(3)
-    choice = select_prefix([40, 80, 120], np.array([2.0, 0.5, 1.0]), e, tau=0.1)
-    assert choice.index == 1 and choice.span == (0, 80) and choice.score == 0.5
+    choice = select_prefix(np.array([2.0, 0.5, 1.0]), e, tau=0.1)
+    assert choice.index == 1 and choice.score == 0.5 and choice.spread > 1.0
     # smoothing overturns the raw argmin (index 2): its semantic twin has a high score, so its
     # smoothed score is ~(0.2 + 1.0)/2 = 0.6, while the (0.3, 0.3) twins stay at ~0.3
     v = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=float)
-    c = select_prefix([10, 20, 30, 40], np.array([0.3, 0.3, 0.2, 1.0]), v, tau=0.1)
+    c = select_prefix(np.array([0.3, 0.3, 0.2, 1.0]), v, tau=0.1)
     assert c.index == 0 and c.smoothed == pytest.approx(0.3, abs=1e-3)
-    assert select_anchor([0.9, 0.2, 0.2]) == 1
+
+
+def test_candidates_come_from_every_rollouts_steps_with_the_length_filter_before_thinning():
+    """Pins issue 11 point 3: candidates are the intermediate steps of the whole group (not of one
+    anchor rollout), a prefix shared by rollouts is kept once, and the 0.5*L length filter runs before
+    the thinning to max_candidates (a 40-step response keeps 15 short candidates, not the ~8 of the
+    15 evenly spaced ones that happen to be short)."""
+    a = [1, NL, 2, NL, 3]  # steps end at 2 and 4
+    b = [1, NL, 5, 5, NL, 6]  # shares the first step with a, then its own
+    ha, hb = np.array([1.0, 1.0, 0.0, 0.0, 9.0]), np.array([1.0, 1.0, 4.0, 4.0, 4.0, 9.0])
+    got = group_candidates([a, b], [ha, hb], {NL}, min_gap=1)
+    assert [(c.row, c.prefix_ids, c.score) for c in got] == [
+        (0, (1, NL), 1.0),
+        (0, (1, NL, 2, NL), 0.5),
+        (1, (1, NL, 5, 5, NL), 2.8),
+    ]
+    long = ([1] * 3 + [NL]) * 40  # 40 steps of 4 tokens, 160 tokens
+    got = group_candidates([long], [np.ones(160)], {NL}, min_gap=4, max_candidates=15, max_len=80)
+    assert len(got) == 15 and max(len(c.prefix_ids) for c in got) <= 80
 
 
 def test_prefix_memory_ring_select_and_state():
@@ -76,7 +100,8 @@ def test_prefix_memory_ring_select_and_state():
     m.add("q", [3], 0.5, np.array([0.0, 1.0]))
     m.add("q", [4], 0.7, np.array([0.0, 1.0]))  # evicts [1, 2]
     assert [e.prefix_ids for e in m.entries("q")] == [[3], [4]]
-    assert m.select("q", tau=0.1).prefix_ids == [3]
+    entry, choice = m.select("q", tau=0.1)
+    assert entry.prefix_ids == [3] and choice.index == 0  # select_prefix over the memory: one path
     assert m.select("other") is None
     m2 = PrefixMemory()
     m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
@@ -117,7 +142,8 @@ def test_guided_queue_keeps_newest_and_carries_ground_truth():
         (lambda: prefix_mean_entropies(np.ones(3), [4]), "boundaries"),
         (lambda: smoothed_scores(np.ones(2), np.eye(2), 0.0), "tau"),
         (lambda: smoothed_scores(np.ones(2), np.ones((2, 2)), 0.1), "L2-normalised"),
-        (lambda: select_prefix([], np.ones(0), np.ones((0, 2))), "no prefix candidates"),
+        (lambda: select_prefix(np.ones(0), np.ones((0, 2))), "no prefix candidates"),
+        (lambda: group_candidates([[1]], [], {NL}), "entropy rows"),
         (lambda: GuidedQueue(0), "capacity"),
         (lambda: GuidedQueue().push("x"), "GuidedPrompt"),
     ],

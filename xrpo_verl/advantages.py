@@ -94,11 +94,6 @@ def sequence_mean_logprob(log_probs: torch.Tensor, response_mask: torch.Tensor) 
     return _masked_row_mean("log_probs", log_probs, response_mask)
 
 
-def mean_token_entropy(entropy: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """MTE(y) = (1/|y|) sum_t H_t over the response mask; (B, T) -> (B,), 0 for empty rows."""
-    return _masked_row_mean("entropy", entropy, response_mask)
-
-
 def _masked_row_mean(name: str, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     if x.dim() != 2 or x.shape != mask.shape:
         raise ValueError(f"{name} (B, T) and response_mask must match, got {tuple(x.shape)} vs {tuple(mask.shape)}")
@@ -205,3 +200,48 @@ def novelty_shaped_scores(
         _check_rows("gate", gate, scores.shape[0])
         nov_tilde = nov_tilde * gate.detach().to(torch.float64)
     return scores + (scale * nov_tilde * correct.to(torch.float64)).to(scores.dtype)
+
+
+def bonus_effect(
+    adv: torch.Tensor, adv_without: torch.Tensor, correct: torch.Tensor, index: Sequence[Hashable] | np.ndarray
+) -> dict[str, float]:
+    """How much a bonus changed the advantages of correct responses (for logging, not for training).
+
+    Args:
+        adv: (B,) advantages with the bonus.  adv_without: (B,) the same without it.
+        correct: (B,) bool.  index: (B,) group ids.
+    Returns:
+        rows: correct responses whose advantage rose; abs_mean: mean |delta| over correct responses;
+        share: sum |delta| / sum |A| over correct responses (0 when none);
+        rank_changed: among groups with >= 2 correct responses, the fraction where their order by
+        advantage (ties counted as ties) differs with and without the bonus.
+    """
+    b = _check_rows("adv", adv)
+    _check_rows("adv_without", adv_without, b)
+    _check_rows("correct", correct, b)
+    delta = (adv - adv_without).detach().to(torch.float64)
+    c = correct.bool()
+    if not c.any():
+        return {"rows": 0.0, "abs_mean": 0.0, "share": 0.0, "rank_changed": 0.0}
+    total = float(adv.detach().to(torch.float64)[c].abs().sum())
+    codes, _ = group_codes(index)
+    groups = changed = 0
+    a_with, a_without = adv.detach().double().numpy(), adv_without.detach().double().numpy()
+    for g in torch.unique(codes[c]).tolist():
+        rows = ((codes == g) & c).numpy()
+        if rows.sum() < 2:
+            continue
+        groups += 1
+        changed += not np.array_equal(_ranks(a_with[rows]), _ranks(a_without[rows]))
+    return {
+        "rows": float((delta[c] > 1e-12).sum()),
+        "abs_mean": float(delta[c].abs().mean()),
+        "share": float(delta[c].abs().sum()) / total if total > 0 else 0.0,
+        "rank_changed": changed / groups if groups else 0.0,
+    }
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Dense ranks with ties sharing a rank (values within 1e-9 count as tied)."""
+    r = np.round(x / 1e-9)
+    return np.unique(r, return_inverse=True)[1]

@@ -4,7 +4,7 @@ One dataclass per component. Every field has a type, a default and one help stri
 paper symbol, the unit and the provenance of the default:
 
 - [P] the paper, [R] a public review quoting the paper, [C] the official code (ExTra),
-- [I] our own choice where no source exists (see docs/algorithms.md).
+- [I] our own choice where no source exists; docs/algorithms.md gives each one's reason.
 
 Choices between formulas are `Literal` fields. `from_dict` rejects unknown keys (nested too) and
 `__post_init__` checks ranges, so a misspelt option is an error, never a silent default.
@@ -131,12 +131,16 @@ class PlannerConfig(_Config):
     rounds: int = _f(2, "R, dynamic rounds after the base phase (3 phases in total). [R]")
     n_max: int = _f(32, "Cap on rollouts for one prompt in one step, n_q <= n_max. [I]")
     alpha: float = _f(0.05, "alpha, Student-t confidence level of h_q(n) = t_{1-alpha/2,n-1} s_q/sqrt(n). [I/3P]")
-    lam: float = _f(0.03, "lambda, exploration-bonus coefficient in phi_q. [I] (3P default 0.1 lets phi swamp Delta)")
+    lam: float = _f(
+        0.03,
+        "lambda, exploration-bonus coefficient in phi_q; T, n_q count this step's rollouts. [I] (docs/algorithms.md)",
+    )
     bonus_form: Literal["sqrt", "inverse"] = _f(
         "sqrt", "phi_q form: sqrt = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), inverse = lambda*ln(1+T)/n_q. [3P]"
     )
-    step_source: Literal["global_step", "rollouts_so_far"] = _f(
-        "global_step", "What T counts in phi_q: training steps, or rollouts generated so far this step. [I]"
+    allocation: Literal["priority", "uniform"] = _f(
+        "priority",
+        "How a round splits its budget: by Pi_q (XRPO), or evenly (the paper's ICL-without-planner ablation). [I]",
     )
     shrink_steps: int = _f(1, "k in Delta_q = h_q(n_q) - h_q(n_q+k); 1 is the one-step form. [3P]")
     smoothed_std: bool = _f(
@@ -180,9 +184,14 @@ class ICLConfig(_Config):
     enable: bool = _f(True, "Re-prompt all-fail prompts with retrieved solved examples. [P]")
     k: int = _f(2, "K, examples per ICL prompt. [R]")
     min_similarity: float = _f(0.0, "tau_icl, minimum cosine similarity of a retrieved prompt. [I]")
+    max_similarity: float = _f(
+        0.98, "Ceiling on retrieval similarity: near-duplicates of the query (its answer) are never shown. [I]"
+    )
     per_prompt: int = _f(1, "m, successes kept per training prompt in the corpus. [I]")
     keep: Literal["recent", "shortest"] = _f("recent", "Which m successes a prompt keeps: most recent or shortest. [I]")
-    max_example_tokens: int = _f(1024, "L_ex, tokens kept of each example solution. [I]")
+    max_example_tokens: int = _f(
+        1024, "L_ex, longest example solution in tokens; longer ones are skipped, never cut (answer kept). [I]"
+    )
     max_prompt_tokens: int | None = _f(
         None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]"
     )
@@ -194,6 +203,11 @@ class ICLConfig(_Config):
         self._check_fields()
         _check_range("ICLConfig.k", self.k, lo=1)
         _check_range("ICLConfig.min_similarity", self.min_similarity, lo=-1, hi=1)
+        _check_range("ICLConfig.max_similarity", self.max_similarity, lo=-1, hi=1)
+        if self.max_similarity < self.min_similarity:
+            raise ValueError(
+                f"ICLConfig.max_similarity = {self.max_similarity} is below min_similarity = {self.min_similarity}"
+            )
         _check_range("ICLConfig.per_prompt", self.per_prompt, lo=1)
         _check_range("ICLConfig.max_example_tokens", self.max_example_tokens, lo=1)
         if self.max_prompt_tokens is not None:
@@ -205,15 +219,21 @@ class NoveltyBonusConfig(_Config):
     """Correctness-gated embedding novelty bonus (ExTra §3.1)."""
 
     enable: bool = _f(True, "Add alpha * 1[R>0] * (1 - max cos) to correct responses. [P]")
-    scale: float = _f(0.01, "alpha, novelty scale (code default 0.1, script 0.01 'to avoid entropy explosion'). [C]")
-    memory_size: int = _f(16, "|Phi(x)|, response embeddings kept per prompt (ring buffer). [C]")
-    warmup: int = _f(8, "Novelty is 0 until the prompt's memory holds this many embeddings. [C]")
-    placement: Literal["after_norm", "before_norm"] = _f(
-        "after_norm",
-        "after_norm: A = GRPO(R) + alpha*nov (paper, option B); before_norm: shape R then normalise "
-        "(official code default, option A). [P]/[C]",
+    scale: float = _f(
+        0.01, "alpha, novelty scale; 0.01 is the released script's value for before_norm (docs/algorithms.md). [C]"
     )
-    tail_tokens: int = _f(512, "Embed only the last this-many response tokens (decoded). [C]")
+    memory_size: int = _f(16, "|Phi(x)|, response embeddings kept per prompt (ring buffer). [C]")
+    warmup: int = _f(
+        1, "Novelty is 0 while memory + this step's siblings hold fewer embeddings; 1 = from the first visit. [I]"
+    )
+    placement: Literal["after_norm", "before_norm"] = _f(
+        "before_norm",
+        "before_norm: shape R by alpha*g*nov/max nov, then normalise (released code and script, option A); "
+        "after_norm: A = GRPO(R) + alpha*nov (paper, option B; needs alpha ~ 1 to matter). [C]/[P]",
+    )
+    tail_tokens: int = _f(
+        512, "Decode the last this-many response tokens; the encoder then keeps the end that fits its window. [C]"
+    )
     var_coef: float = _f(1.0, "before_norm only: lambda in the gate g = exp(-lambda * EMA reward variance). [C]")
     var_ema_rate: float = _f(0.1, "before_norm only: EMA rate of the per-prompt group reward variance. [C]")
 
@@ -233,18 +253,22 @@ class PrefixConfig(_Config):
 
     enable: bool = _f(True, "Queue low-entropy prefixes of hard prompts and inject them as guided prompts. [P]")
     hard_threshold: Literal["all_fail", "at_most_one"] = _f(
-        "at_most_one",
-        "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (code). [S]/[C]",
+        "all_fail",
+        "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (released code). [P]/[C]",
     )
     min_gap: int = _f(32, "Merge newline boundaries closer than this many tokens to the last kept one. [C]")
-    max_candidates: int = _f(15, "Keep at most this many evenly spaced boundaries per anchor. [C]")
+    max_candidates: int = _f(
+        15, "Keep at most this many evenly spaced step boundaries per response, after the length filter. [C]"
+    )
     tau: float = _f(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
     max_prefixes_per_prompt: int = _f(128, "Prefix memory ring buffer per original prompt. [C]")
     queue_size: int = _f(512, "Guided-prompt FIFO capacity; the newest entries are kept. [C-script]")
     per_step: int = _f(16, "Guided prompts injected per step (they replace the batch's tail rows). [C-script]")
     warmup_steps: int = _f(30, "No prefix memory, queueing or injection before this global step. [C-script]")
     n_suffix: int = _f(8, "Suffix rollouts per guided prompt (its own GRPO group). [C]")
-    max_prefix_frac: float = _f(0.5, "Longest prefix as a fraction of max_response_length. [I]")
+    max_prefix_frac: float = _f(
+        0.5, "Longest prefix as a fraction of max_response_length; applied before thinning. [I]"
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()

@@ -13,10 +13,29 @@ from typing import Any, Literal
 
 import numpy as np
 
+Keep = Literal["tail", "head"]
 IndexKind = Literal["flat", "ivf", "hnsw"]
 GpuPolicy = Literal["auto", "never", "always"]
 _KINDS = ("flat", "ivf", "hnsw")
 _GPU = ("auto", "never", "always")
+
+
+_NORM_TOL = 1e-3
+
+
+def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.ndarray:
+    """Return `x` as float32 (N, d) after checking every row has unit L2 norm."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be (N, d), got shape {x.shape}")
+    if rows is not None and x.shape[0] != rows:
+        raise ValueError(f"{name} has {x.shape[0]} rows, expected {rows}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} contains NaN or inf")
+    norms = np.linalg.norm(x, axis=1)
+    if x.shape[0] and np.max(np.abs(norms - 1.0)) > _NORM_TOL:
+        raise ValueError(f"{name} rows must be L2-normalised; norms range {norms.min():.4f}..{norms.max():.4f}")
+    return x
 
 
 def default_model_path() -> str:
@@ -62,17 +81,50 @@ class Embedder:
         dim_fn = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(dim_fn())
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """(N,) texts -> (N, dim) float32, unit rows. N = 0 gives an empty (0, dim) array."""
+    def encode(self, texts: list[str], keep: Keep = "tail") -> np.ndarray:
+        """(N,) texts -> (N, dim) float32, unit rows. N = 0 gives an empty (0, dim) array.
+
+        A text longer than the encoder's window (`max_seq_length`, counted in the encoder's own
+        tokenizer) is cut to the window: keep="tail" keeps its end, where a response states its
+        answer (sentence-transformers itself would keep the start); keep="head" keeps the start.
+        """
         if isinstance(texts, str):
             raise ValueError("encode expects a list of texts, got a single str")
+        if keep not in ("tail", "head"):
+            raise ValueError(f"keep = {keep!r} is not supported; choose 'tail' or 'head'")
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if keep == "tail":
+            texts = self.tails(texts)
         z = self._model.encode(
             texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
         )
         return np.ascontiguousarray(z, dtype=np.float32)
+
+    def window(self) -> int:
+        """Tokens of text the encoder sees: max_seq_length minus its special tokens ([CLS], [SEP])."""
+        tok = self._model.tokenizer
+        return int(self._model.max_seq_length) - int(tok.num_special_tokens_to_add(pair=False))
+
+    def tails(self, texts: list[str]) -> list[str]:
+        """Each text cut at a token start so that its end fits `window()` tokens of the encoder."""
+        tok, limit = self._model.tokenizer, self.window()
+        out = []
+        for text in texts:
+            enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            offsets = enc["offset_mapping"]
+            i = len(offsets) - limit
+            if i <= 0:
+                out.append(text)
+                continue
+            cut = text[offsets[i][0] :]
+            # starting mid-word can add a piece or two: move on until the cut fits
+            while i < len(offsets) - 1 and len(tok(cut, add_special_tokens=False)["input_ids"]) > limit:
+                i += 1
+                cut = text[offsets[i][0] :]
+            out.append(cut)
+        return out
 
 
 _EMBEDDERS: dict[tuple[str, str, int], Embedder] = {}

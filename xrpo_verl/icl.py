@@ -16,8 +16,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex
-from xrpo_verl.novelty import check_unit_rows
+from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex, check_unit_rows
 
 KeepPolicy = Literal["recent", "shortest"]
 _KEEP = ("recent", "shortest")
@@ -127,16 +126,32 @@ class ICLCorpus:
         return ex in self._examples[prompt_id]
 
     def retrieve(
-        self, prompt_id: str, prompt_text: str, *, k: int = 2, min_similarity: float = 0.0
+        self,
+        prompt_id: str,
+        prompt_text: str,
+        *,
+        k: int = 2,
+        min_similarity: float = 0.0,
+        max_similarity: float | None = None,
     ) -> list[ICLExample]:
         """Top-k distinct other prompts by cosine similarity, each with its best kept example.
 
-        Never returns `prompt_id` itself; returns [] when nothing reaches `min_similarity`.
+        Never returns `prompt_id` itself; returns [] when nothing reaches `min_similarity`. Prompts
+        above `max_similarity` are near-duplicates of the query under another id: showing their
+        solution would hand the model the query's answer, so they are skipped.
         """
-        return self.retrieve_many([prompt_id], [prompt_text], k=k, min_similarity=min_similarity)[0]
+        return self.retrieve_many(
+            [prompt_id], [prompt_text], k=k, min_similarity=min_similarity, max_similarity=max_similarity
+        )[0]
 
     def retrieve_many(
-        self, prompt_ids: Sequence[str], prompt_texts: Sequence[str], *, k: int = 2, min_similarity: float = 0.0
+        self,
+        prompt_ids: Sequence[str],
+        prompt_texts: Sequence[str],
+        *,
+        k: int = 2,
+        min_similarity: float = 0.0,
+        max_similarity: float | None = None,
     ) -> list[list[ICLExample]]:
         """Batched `retrieve`: one encode call and one (Q, N) similarity product."""
         if len(prompt_ids) != len(prompt_texts):
@@ -145,15 +160,22 @@ class ICLCorpus:
             raise ValueError(f"k = {k!r} must be an integer >= 1")
         if not -1.0 <= min_similarity <= 1.0:
             raise ValueError(f"min_similarity = {min_similarity!r} must be in [-1, 1]")
+        ceiling = np.inf if max_similarity is None else max_similarity
+        if ceiling < min_similarity:
+            raise ValueError(f"max_similarity = {max_similarity!r} is below min_similarity = {min_similarity!r}")
         if not self._ids or not prompt_ids:
             return [[] for _ in prompt_ids]
         q = self._encode(list(prompt_texts))
-        sims, rows = self._synced_index().search(q, min(k + 1, len(self._ids)))  # +1: the query may be in it
+        # +1: the query may be in it; a ceiling may skip near-duplicates, so look further
+        depth = k + 1 if max_similarity is None else 4 * k + 1
+        sims, rows = self._synced_index().search(q, min(depth, len(self._ids)))
         out = []
         for pid, s_q, rows_q in zip(prompt_ids, sims, rows):
             own = self._row.get(pid, -1)
             hits = [
-                (int(j), float(sim)) for j, sim in zip(rows_q, s_q) if j >= 0 and j != own and sim >= min_similarity
+                (int(j), float(sim))
+                for j, sim in zip(rows_q, s_q)
+                if j >= 0 and j != own and min_similarity <= sim <= ceiling
             ]
             out.append([_with_sim(self._examples[self._ids[j]][0], sim) for j, sim in hits[:k]])
         return out
@@ -194,59 +216,49 @@ def _with_sim(ex: ICLExample, sim: float) -> ICLExample:
     return ICLExample(ex.prompt_id, ex.prompt_text, ex.response_text, ex.step, ex.num_tokens, sim)
 
 
+@dataclass(frozen=True)
+class RenderedICL:
+    """An ICL user turn and the examples in it (none: the zero-shot prompt, unchanged)."""
+
+    text: str
+    examples: tuple[ICLExample, ...]
+    skipped_long: int  # retrieved examples left out because their solution exceeds max_example_tokens
+
+
 def render_icl_prompt(
     examples: Sequence[ICLExample],
     prompt_text: str,
     *,
     count_tokens: Callable[[str], int],
-    truncate: Callable[[str, int], str],
     max_example_tokens: int = 1024,
     max_prompt_tokens: int | None = None,
-) -> str:
-    """Few-shot prompt: header, examples (solutions cut to L_ex tokens), then the original prompt.
+) -> RenderedICL:
+    """Few-shot prompt: header, whole example solutions, then the original prompt.
 
-    When the result exceeds `max_prompt_tokens`, later examples are dropped first; the last one
-    left is then truncated further to fit. If even that cannot fit, or `examples` is empty, the
-    zero-shot `prompt_text` is returned unchanged.
+    A solution is never cut, because its end holds the answer the example exists to show: a solution
+    longer than `max_example_tokens` is skipped, and when the result exceeds `max_prompt_tokens` the
+    later examples are dropped. If none fits, or `examples` is empty, the zero-shot `prompt_text` is
+    returned unchanged (with no examples).
 
     Args:
         count_tokens: text -> token count (the policy's tokenizer).
-        truncate: (text, n) -> the first n tokens of text, decoded.
-        max_example_tokens: L_ex >= 1.
+        max_example_tokens: L_ex >= 1, the longest solution shown.
         max_prompt_tokens: cap on the whole rendered prompt, or None for no cap.
     """
     if max_example_tokens < 1:
         raise ValueError(f"max_example_tokens = {max_example_tokens!r} must be >= 1")
     if max_prompt_tokens is not None and max_prompt_tokens < 1:
         raise ValueError(f"max_prompt_tokens = {max_prompt_tokens!r} must be >= 1 or None")
-    solutions = [
-        truncate(e.response_text, max_example_tokens)
-        if count_tokens(e.response_text) > max_example_tokens
-        else e.response_text
-        for e in examples
-    ]
-    shots = list(zip(examples, solutions))
+    shots = [e for e in examples if count_tokens(e.response_text) <= max_example_tokens]
+    skipped = len(examples) - len(shots)
 
-    def render(items: list[tuple[ICLExample, str]]) -> str:
-        body = "".join(ICL_EXAMPLE.format(problem=e.prompt_text, solution=s) for e, s in items)
+    def render(items: list[ICLExample]) -> str:
+        body = "".join(ICL_EXAMPLE.format(problem=e.prompt_text, solution=e.response_text) for e in items)
         return ICL_HEADER + body + ICL_FOOTER.format(prompt=prompt_text)
 
     while shots:
         text = render(shots)
         if max_prompt_tokens is None or count_tokens(text) <= max_prompt_tokens:
-            return text
-        if len(shots) > 1:
-            shots.pop()  # drop examples before truncating
-            continue
-        ex, sol = shots[0]
-        room = max_prompt_tokens - count_tokens(render([(ex, "")]))
-        if room <= 0:
-            break
-        cut = truncate(sol, room)
-        while cut and count_tokens(render([(ex, cut)])) > max_prompt_tokens:  # tokenisers may not be additive
-            room -= 1
-            cut = truncate(sol, room) if room > 0 else ""
-        if not cut:
-            break
-        return render([(ex, cut)])
-    return prompt_text
+            return RenderedICL(text, tuple(shots), skipped)
+        shots.pop()  # drop the least similar example; never cut one
+    return RenderedICL(prompt_text, (), skipped)

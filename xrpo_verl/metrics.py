@@ -1,4 +1,4 @@
-"""Evaluation metrics (docs/algorithms.md §5). Pure python/numpy."""
+"""Evaluation metrics (docs/algorithms.md, evaluation). Pure python/numpy."""
 
 from __future__ import annotations
 

@@ -3,7 +3,10 @@
     r_int(x, y_i) = 1[R_i > 0] * max(0, 1 - max_{z' in Phi(x) u siblings(i)} cos(z_i, z'))
 
 Phi(x) is a ring buffer of the last `capacity` response embeddings of prompt x (every response,
-correct or not, is pushed after scoring). Novelty is 0 while Phi(x) holds fewer than `warmup`.
+correct or not, is pushed after scoring). The reference set Phi(x) u siblings(i) excludes response
+i itself; novelty is 0 while it holds fewer than `warmup` embeddings. Counting this step's siblings
+lets a prompt's first visit score (the released code counted Phi(x) only, which left the whole
+first epoch at 0; docs/algorithms.md, novelty).
 """
 
 from __future__ import annotations
@@ -13,22 +16,7 @@ from typing import Any
 
 import numpy as np
 
-_NORM_TOL = 1e-3
-
-
-def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.ndarray:
-    """Return `x` as float32 (N, d) after checking every row has unit L2 norm."""
-    x = np.asarray(x, dtype=np.float32)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be (N, d), got shape {x.shape}")
-    if rows is not None and x.shape[0] != rows:
-        raise ValueError(f"{name} has {x.shape[0]} rows, expected {rows}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} contains NaN or inf")
-    norms = np.linalg.norm(x, axis=1)
-    if x.shape[0] and np.max(np.abs(norms - 1.0)) > _NORM_TOL:
-        raise ValueError(f"{name} rows must be L2-normalised; norms range {norms.min():.4f}..{norms.max():.4f}")
-    return x
+from xrpo_verl.embeddings import check_unit_rows
 
 
 class NoveltyMemory:
@@ -36,7 +24,7 @@ class NoveltyMemory:
 
     Args:
         capacity: |Phi(x)|, embeddings kept per key (ExTra code: 16).
-        warmup: novelty is 0 until the key holds this many (ExTra code: 8); 1 <= warmup <= capacity.
+        warmup: novelty is 0 while Phi(x) u siblings holds fewer than this; 1 <= warmup <= capacity.
     """
 
     def __init__(self, capacity: int = 16, warmup: int = 8) -> None:
@@ -64,7 +52,7 @@ class NoveltyMemory:
             embeddings: (B, d) L2-normalised response embeddings z_i.
             correct: (B,) bool, R_i > 0.
         Returns:
-            (B,) float32 in [0, 1]; 0 for wrong answers and for keys still warming up.
+            (B,) float32 in [0, 1]; 0 for wrong answers and while the reference set is below `warmup`.
         """
         keys = list(keys)
         z = check_unit_rows("embeddings", embeddings, len(keys))
@@ -79,7 +67,9 @@ class NoveltyMemory:
             groups.setdefault(k, []).append(i)
         for key, rows in groups.items():
             hist = self._mem.get(key)
-            if hist is None or hist.shape[0] < self.warmup:
+            if hist is None:
+                hist = np.zeros((0, z.shape[1]), dtype=np.float32)
+            if hist.shape[0] + len(rows) - 1 < self.warmup:
                 continue
             if hist.shape[1] != z.shape[1]:
                 raise ValueError(f"embedding dim {z.shape[1]} != stored dim {hist.shape[1]} for key {key!r}")

@@ -7,8 +7,14 @@ For prompt q with n_q rollouts and rewards r_q (binary or continuous in [0, 1]):
     phi_q   = lambda * sqrt(ln(1+T) / n_q)              exploration bonus ("sqrt"), or lambda*ln(1+T)/n_q ("inverse")
     Pi_q    = Delta_q + phi_q                           allocation priority
 
+T and n_q are counted within the training step (UCB1 over this step's pulls): T = rollouts generated
+so far this step, n_q = rollouts of prompt q this step. A prompt sampled again in a later epoch
+starts from the same T, so its bonus does not grow over training (docs/algorithms.md, planner).
+
 Groups of one (n_q = 1) have no variance estimate and the t-quantile needs df >= 1, so we set
 s_q := 0 for them: Delta_q = 0 and Pi_q = phi_q (our rule [I], like a zero-variance group).
+
+`plan_round` is one planner round as the trainer and the simulation run it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from typing import Literal
 
 import numpy as np
 from scipy import stats
+
+from xrpo_verl.config import PlannerConfig
 
 BonusForm = Literal["sqrt", "inverse"]
 _BONUS_FORMS = ("sqrt", "inverse")
@@ -64,7 +72,7 @@ def exploration_bonus(step: int | float, n: int | np.ndarray, lam: float, form: 
     """phi_q(T, n_q): "sqrt" = lambda*sqrt(ln(1+T)/n_q) (UCB1-shaped), "inverse" = lambda*ln(1+T)/n_q [3P].
 
     Args:
-        step: T >= 0, the training step (or rollouts so far, see PlannerConfig.step_source).
+        step: T >= 0, rollouts generated so far in this training step.
         n: n_q >= 1, scalar or (Q,).
         lam: lambda >= 0.
         form: "sqrt" or "inverse".
@@ -155,23 +163,6 @@ def priority_diagnostics(
     return PriorityDiagnostics(n=n, mean=mean, std=std, delta=delta, phi=phi, priority=delta + phi)
 
 
-def allocation_priority(
-    rewards_of_one_prompt: Sequence[float],
-    *,
-    step: int | float,
-    alpha: float = 0.05,
-    lam: float = 0.03,
-    bonus: BonusForm = "sqrt",
-    k: int = 1,
-    smoothed_std: bool = False,
-) -> float:
-    """Pi_q = Delta_q + phi_q for a single prompt."""
-    d = priority_diagnostics(
-        [rewards_of_one_prompt], step=step, alpha=alpha, lam=lam, bonus=bonus, k=k, smoothed_std=smoothed_std
-    )
-    return float(d.priority[0])
-
-
 def allocate_by_priority(priority: Sequence[float], budget: int, headroom: Sequence[int]) -> list[int]:
     """Integer split of `budget` proportional to `priority`, capped per prompt by `headroom`.
 
@@ -215,37 +206,6 @@ def allocate_by_priority(priority: Sequence[float], budget: int, headroom: Seque
     return capped.tolist()
 
 
-def allocate(
-    rewards: Sequence[Sequence[float]],
-    budget: int,
-    *,
-    step: int | float,
-    alpha: float = 0.05,
-    lam: float = 0.03,
-    n_max: int = 32,
-    bonus: BonusForm = "sqrt",
-    k: int = 1,
-    smoothed_std: bool = False,
-) -> list[int]:
-    """Extra rollouts per prompt for one planner round (XRPO §2.2).
-
-    Args:
-        rewards: one sequence of rewards per prompt (length n_q >= 1; binary or continuous).
-        budget: N_r, rollouts to hand out this round.
-        step: T of the exploration bonus.
-        n_max: per-prompt cap; prompt q gets at most n_max - n_q.
-    Returns:
-        k_q per prompt, summing to min(budget, sum_q (n_max - n_q)).
-    """
-    d = priority_diagnostics(rewards, step=step, alpha=alpha, lam=lam, bonus=bonus, k=k, smoothed_std=smoothed_std)
-    if int(n_max) != n_max or n_max < 1:
-        raise ValueError(f"n_max = {n_max!r} must be an integer >= 1")
-    over = np.flatnonzero(d.n > n_max)
-    if over.size:
-        raise ValueError(f"prompts {over.tolist()} already have more than n_max = {n_max} rollouts")
-    return allocate_by_priority(d.priority, budget, n_max - d.n)
-
-
 def round_budgets(num_prompts: int, n_avg: int, n_base: int, rounds: int) -> list[int]:
     """Phased plan: [B*n_base, N_1, ..., N_R] where the R rounds share B*(n_avg - n_base).
 
@@ -264,3 +224,43 @@ def round_budgets(num_prompts: int, n_avg: int, n_base: int, rounds: int) -> lis
         return [num_prompts * n_base]
     per, extra = divmod(rest, rounds)
     return [num_prompts * n_base] + [per + (1 if r < extra else 0) for r in range(rounds)]
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One planner round: extra rollouts per prompt and the statistics behind them."""
+
+    extra: list[int]  # k_q, rollouts to add to prompt q this round
+    diagnostics: PriorityDiagnostics  # n_q, Delta_q, phi_q, Pi_q before the round
+    all_fail: list[bool]  # no rollout of q has a positive reward yet (XRPO §2.3: ICL candidates)
+    step_rollouts: int  # T of phi_q: rollouts generated so far this step
+
+
+def plan_round(rewards: Sequence[Sequence[float]], budget: int, cfg: PlannerConfig) -> RoundPlan:
+    """One dynamic round of XRPO's phased allocation (XRPO §2.2).
+
+    Args:
+        rewards: this step's rewards so far, one sequence per prompt (n_q >= 1 each).
+        budget: N_r, rollouts to hand out this round.
+        cfg: the planner's settings; `allocation="uniform"` splits the budget evenly (ablation).
+    Returns:
+        A `RoundPlan`; sum(extra) == min(budget, sum_q (n_max - n_q)).
+    """
+    groups = _as_groups(rewards)
+    step_rollouts = int(sum(g.size for g in groups))
+    d = priority_diagnostics(
+        groups,
+        step=step_rollouts,
+        alpha=cfg.alpha,
+        lam=cfg.lam,
+        bonus=cfg.bonus_form,
+        k=cfg.shrink_steps,
+        smoothed_std=cfg.smoothed_std,
+    )
+    over = np.flatnonzero(d.n > cfg.n_max)
+    if over.size:
+        raise ValueError(f"prompts {over.tolist()} already have more than n_max = {cfg.n_max} rollouts")
+    weight = d.priority if cfg.allocation == "priority" else np.ones_like(d.priority)
+    extra = allocate_by_priority(weight, budget, cfg.n_max - d.n)
+    all_fail = [bool(np.max(g) <= 0) for g in groups]
+    return RoundPlan(extra=extra, diagnostics=d, all_fail=all_fail, step_rollouts=step_rollouts)

@@ -1,11 +1,14 @@
 """Entropy-guided prefix regeneration for hard prompts (ExTra §3.2). Pure numpy.
 
-1. Hard prompt: all rollouts fail, or at most one succeeds (pass rate <= 1/n, the code's rule).
-2. Anchor y* = argmin_i MTE(y_i), MTE the mean token entropy over response tokens.
-3. Boundaries just after newline tokens; merge those < min_gap after the last kept one; drop the
-   final one (a prefix is never the whole response); keep <= max_candidates evenly spaced.
-4. Score MTE(p_b) = (1/b) sum_{t<=b} H_t.
-5. Smooth over prefix embeddings: MTE~_i = sum_j softmax_j(cos(e_i, e_j)/tau) MTE_j, and pick argmin.
+1. Hard prompt: all rollouts fail (the paper), or at most one succeeds (pass rate <= 1/n, the
+   released code's rule, an option).
+2. Candidates from the intermediate steps of every rollout of the group (`group_candidates`):
+   boundaries just after newline tokens; merge those < min_gap after the last kept one; never the
+   whole response; drop those longer than max_len; then keep <= max_candidates evenly spaced.
+3. Score MTE(p_b) = (1/b) sum_{t<=b} H_t over the rollout's own token entropies.
+4. Smooth over prefix embeddings: MTE~_i = sum_j softmax_j(cos(e_i, e_j)/tau) MTE_j, and pick the
+   argmin (`select_prefix`, the one function `PrefixMemory.select` and production call).
+See docs/algorithms.md (prefix regeneration) for each choice and its source.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from xrpo_verl.novelty import check_unit_rows
+from xrpo_verl.embeddings import check_unit_rows
 
 HardThreshold = Literal["all_fail", "at_most_one"]
 _THRESHOLDS = ("all_fail", "at_most_one")
 
 
 def is_hard(
-    rewards_of_one_prompt: Sequence[float], threshold: HardThreshold = "at_most_one", *, success_cutoff: float = 0.0
+    rewards_of_one_prompt: Sequence[float], threshold: HardThreshold = "all_fail", *, success_cutoff: float = 0.0
 ) -> bool:
     """Whether a prompt is hard: successes (reward > success_cutoff) == 0 ("all_fail") or <= 1."""
     if threshold not in _THRESHOLDS:
@@ -38,14 +41,6 @@ def is_hard(
     return wins == 0 if threshold == "all_fail" else wins <= 1
 
 
-def select_anchor(mean_entropy: Sequence[float]) -> int:
-    """y* = argmin_i MTE(y_i) over one group's rollouts (first on ties)."""
-    m = np.asarray(mean_entropy, dtype=np.float64)
-    if m.ndim != 1 or m.size == 0 or not np.all(np.isfinite(m)):
-        raise ValueError(f"mean_entropy must be a non-empty finite (G,) array, got {m.tolist()}")
-    return int(np.argmin(m))
-
-
 def step_boundaries(
     token_ids: Sequence[int],
     newline_ids: set[int],
@@ -54,16 +49,16 @@ def step_boundaries(
     max_candidates: int = 15,
     max_len: int | None = None,
 ) -> list[int]:
-    """Prefix end positions b (prefix = token_ids[:b]) at step breaks, see module docstring item 3.
+    """Prefix end positions b (prefix = token_ids[:b]) at step breaks, see module docstring item 2.
 
     Args:
-        token_ids: (T,) response token ids.
+        token_ids: (T,) response token ids, without trailing EOS/padding.
         newline_ids: ids that end a line (e.g. the tokenizer's "\\n" and "\\n\\n").
         min_gap: a boundary must lie >= min_gap tokens after the previous kept one (the first after 0).
-        max_candidates: keep at most this many, evenly spaced (first and last kept).
+        max_candidates: keep at most this many, evenly spaced (first and last kept), after the length filter.
         max_len: drop boundaries beyond this many tokens (max_prefix_frac * max_response_length).
     Returns:
-        Sorted boundaries, each in [min_gap, T).
+        Sorted boundaries, each in [min_gap, T): every step but the last is a candidate.
     """
     if min_gap < 1 or max_candidates < 1:
         raise ValueError(f"min_gap = {min_gap!r} and max_candidates = {max_candidates!r} must be >= 1")
@@ -76,7 +71,7 @@ def step_boundaries(
         if tok in newline_ids and b - last >= min_gap:
             kept.append(b)
             last = b
-    kept = kept[:-1]  # drop the final split
+    kept = [b for b in kept if b < len(token_ids)]  # the last step is never a prefix: a suffix must remain
     if max_len is not None:
         kept = [b for b in kept if b <= max_len]
     if len(kept) > max_candidates:
@@ -112,25 +107,66 @@ def smoothed_scores(scores: np.ndarray, embeddings: np.ndarray, tau: float) -> n
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """A prefix of one rollout of a hard prompt's group."""
+
+    row: int  # the rollout's position in the group
+    prefix_ids: tuple[int, ...]  # its first b tokens
+    score: float  # MTE(p_b)
+
+
+def group_candidates(
+    responses: Sequence[Sequence[int]],
+    entropies: Sequence[np.ndarray],
+    newline_ids: set[int],
+    *,
+    min_gap: int = 32,
+    max_candidates: int = 15,
+    max_len: int | None = None,
+) -> list[Candidate]:
+    """Prefix candidates from the intermediate steps of every rollout of a group (ExTra §3.2).
+
+    A prefix shared by several rollouts is kept once (its entropies are the same: H_t depends on
+    the tokens before t only).
+
+    Args:
+        responses: G rollouts, token ids without trailing EOS/padding.
+        entropies: G arrays (T_g,) of token entropies H_t aligned with the responses.
+    """
+    if len(responses) != len(entropies):
+        raise ValueError(f"{len(responses)} responses but {len(entropies)} entropy rows")
+    out: list[Candidate] = []
+    seen: set[tuple[int, ...]] = set()
+    for g, (ids, h) in enumerate(zip(responses, entropies)):
+        ids = [int(t) for t in ids]
+        h = np.asarray(h, dtype=np.float64)[: len(ids)]
+        if h.size < len(ids):
+            raise ValueError(f"rollout {g}: {h.size} entropies for {len(ids)} tokens")
+        bounds = step_boundaries(ids, newline_ids, min_gap=min_gap, max_candidates=max_candidates, max_len=max_len)
+        for b, score in zip(bounds, prefix_mean_entropies(h, bounds)):
+            key = tuple(ids[:b])
+            if key not in seen:
+                seen.add(key)
+                out.append(Candidate(g, key, float(score)))
+    return out
+
+
+@dataclass(frozen=True)
 class PrefixChoice:
     index: int  # position among the candidates
-    span: tuple[int, int]  # token span [0, b) of the chosen prefix in its anchor response
     score: float  # MTE(p_b)
     smoothed: float  # MTE~(p_b)
+    spread: float  # max - min of MTE~ over the candidates (0: the smoothing tied them all)
 
 
-def select_prefix(
-    boundaries: Sequence[int], scores: np.ndarray, embeddings: np.ndarray, *, tau: float = 0.1
-) -> PrefixChoice:
+def select_prefix(scores: np.ndarray, embeddings: np.ndarray, *, tau: float = 0.1) -> PrefixChoice:
     """The candidate with the lowest smoothed mean token entropy (first on ties)."""
-    b = list(boundaries)
-    if not b:
-        raise ValueError("no prefix candidates: the anchor has no step boundary")
-    sm = smoothed_scores(scores, embeddings, tau)
-    if sm.size != len(b):
-        raise ValueError(f"{len(b)} boundaries but {sm.size} scores")
+    s = np.asarray(scores, dtype=np.float64)
+    if s.size == 0:
+        raise ValueError("no prefix candidates: the group has no step boundary")
+    sm = smoothed_scores(s, embeddings, tau)
     i = int(np.argmin(sm))
-    return PrefixChoice(index=i, span=(0, int(b[i])), score=float(np.asarray(scores)[i]), smoothed=float(sm[i]))
+    return PrefixChoice(index=i, score=float(s[i]), smoothed=float(sm[i]), spread=float(sm.max() - sm.min()))
 
 
 @dataclass
@@ -169,13 +205,13 @@ class PrefixMemory:
             return
         buf.append(PrefixEntry(ids, float(score), e))
 
-    def select(self, prompt_id: str, *, tau: float = 0.1) -> PrefixEntry | None:
-        """argmin of the smoothed score over this prompt's memory; None if it holds nothing."""
+    def select(self, prompt_id: str, *, tau: float = 0.1) -> tuple[PrefixEntry, PrefixChoice] | None:
+        """`select_prefix` over this prompt's whole memory; None if it holds nothing."""
         buf = self.entries(prompt_id)
         if not buf:
             return None
-        sm = smoothed_scores(np.array([x.score for x in buf]), np.stack([x.embedding for x in buf]), tau)
-        return buf[int(np.argmin(sm))]
+        choice = select_prefix(np.array([x.score for x in buf]), np.stack([x.embedding for x in buf]), tau=tau)
+        return buf[choice.index], choice
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -198,7 +234,7 @@ class GuidedPrompt:
     """A queued guided prompt x' = x + p, carrying everything its reward needs.
 
     The official code queued only token ids, so injected rows were scored against the replaced
-    row's ground truth; here the entry carries its own (docs/algorithms.md §3.2).
+    row's ground truth; here the entry carries its own (docs/algorithms.md, prefix regeneration).
     """
 
     prompt_ids: list[int]

@@ -3,7 +3,16 @@
 import numpy as np
 import pytest
 
-from xrpo_verl.eval.planner_sim import PoolConfig, SimConfig, compare, expected_informative_share, sample_pool, simulate
+from xrpo_verl.config import PlannerConfig
+from xrpo_verl.eval.planner_sim import (
+    PoolConfig,
+    SimConfig,
+    compare,
+    expected_informative_share,
+    lambda_sweep,
+    sample_pool,
+    simulate,
+)
 
 # 256 prompts x 32 steps: ~8k pass-rate estimates per strategy, enough that the ~6% RMSE gain is
 # well outside the seed-to-seed spread (0.93-0.95 over seeds 0-4), in under a second.
@@ -41,6 +50,13 @@ def test_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="unknown strategy 'greedy'"):
         simulate("greedy", SMALL, POOL)
     with pytest.raises(ValueError, match="n_base <= n_avg"):
-        SimConfig(n_base=20)
+        SimConfig(planner=PlannerConfig(n_base=20))
     with pytest.raises(ValueError, match="exceeds the pool"):
         simulate("uniform", SimConfig(batch_prompts=4096), POOL)
+
+
+def test_lambda_sweep_runs_the_trainers_planner_config():
+    """SimConfig embeds the trainer's PlannerConfig: a lambda set there reaches the simulated planner."""
+    sweep = lambda_sweep((0.003, 1.0), SimConfig(batch_prompts=128, steps=4, seed=1), POOL)
+    # a huge lambda makes phi swamp Delta: the split tends to uniform, so the gain over uniform shrinks
+    assert sweep[0.003]["share_ratio_vs_uniform"] > sweep[1.0]["share_ratio_vs_uniform"]

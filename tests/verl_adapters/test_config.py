@@ -42,10 +42,10 @@ def test_overrides_reach_the_dataclasses(compose_cfg):
         "algorithm.xrpo.planner.n_avg=8",
         "algorithm.xrpo.planner.n_base=4",
         "actor_rollout_ref.rollout.n=8",
-        "algorithm.extra.novelty.placement=before_norm",
+        "algorithm.extra.novelty.placement=after_norm",
     )
     xrpo, extra = read_method_configs(cfg.algorithm)
-    assert (xrpo.planner.n_avg, xrpo.planner.n_base, extra.novelty.placement) == (8, 4, "before_norm")
+    assert (xrpo.planner.n_avg, xrpo.planner.n_base, extra.novelty.placement) == (8, 4, "after_norm")
 
 
 def test_all_features_off_is_plain_grpo(compose_cfg):
@@ -55,7 +55,15 @@ def test_all_features_off_is_plain_grpo(compose_cfg):
         "algorithm.xrpo.icl.enable=false",
         "algorithm.extra.prefix.enable=false",
     )
-    assert validate_trainer_config(cfg, check_embedder=False).plain_grpo
+    s = validate_trainer_config(cfg, check_embedder=False)
+    assert not (s.use_sharpening or s.use_novelty or s.use_planner or s.use_icl or s.use_prefix)
+
+
+def test_icl_runs_with_uniform_allocation(compose_cfg):
+    """Pins issue 11 point 5: ICL without the planner's priorities (the paper's ablation) is a valid run:
+    the rounds stay, split evenly. The old code refused ICL whenever the planner did not allocate."""
+    s = validate_trainer_config(compose_cfg("algorithm.xrpo.planner.allocation=uniform"), check_embedder=False)
+    assert s.use_icl and s.xrpo.planner.allocation == "uniform"
 
 
 @pytest.mark.parametrize(

@@ -68,8 +68,9 @@ def test_extra_adds_scaled_novelty_to_correct_rows_only():
     tlr, mask, index = _batch()
     nov = torch.tensor([0.5, 0.9, 0.0, 0.3, 0.7])  # row 1 and 4 are incorrect: must get nothing
     inputs = XrpoAdvantageInputs(seq_logp_mean=torch.zeros(5), correct=tlr.sum(-1) > 0, novelty=nov)
+    algo = _algo(extra={"novelty": {"scale": 0.01, "placement": "after_norm"}})
     adv, _ = core_algos.get_adv_estimator_fn("extra")(
-        token_level_rewards=tlr, response_mask=mask, index=index, config=_algo(), xrpo_inputs=inputs
+        token_level_rewards=tlr, response_mask=mask, index=index, config=algo, xrpo_inputs=inputs
     )
     grpo, _ = core_algos.compute_grpo_outcome_advantage(tlr, mask, index)
     diff = (adv - grpo)[:, 0]
@@ -115,3 +116,28 @@ def test_bad_inputs_name_the_problem():
             config=_algo(xrpo={"sharpen": {}}),
             xrpo_inputs=XrpoAdvantageInputs(torch.zeros(5), torch.ones(5, dtype=torch.bool), torch.zeros(5)),
         )
+
+
+def test_default_novelty_bonus_measurably_changes_the_advantages_of_correct_responses():
+    """Pins issue 11 point 1 (scale): alpha = 0.01 was tuned by the released script for the bonus added
+    before group normalisation, where 1/sigma scales it up. Our old default added it after
+    normalisation, where it moved |A| by <= 1%. The default is now that placement, so in an
+    all-correct group (GRPO: A = 0) novelty alone ranks the correct responses at full scale."""
+    tlr = torch.zeros(6, 2)
+    tlr[:, -1] = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    mask = torch.ones(6, 2)
+    index = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
+    correct = tlr.sum(-1) > 0
+    nov = torch.tensor([0.1, 0.3, 0.2, 0.05, 0.0, 0.15])
+    inputs = XrpoAdvantageInputs(seq_logp_mean=torch.zeros(6), correct=correct, novelty=nov)
+    fn = core_algos.get_adv_estimator_fn("extra")
+    grpo, _ = core_algos.compute_grpo_outcome_advantage(tlr, mask, index)
+    default, _ = fn(
+        token_level_rewards=tlr, response_mask=mask, index=index, config=_algo(extra={}), xrpo_inputs=inputs
+    )
+    old = _algo(extra={"novelty": {"scale": 0.01, "placement": "after_norm", "warmup": 8}})
+    before, _ = fn(token_level_rewards=tlr, response_mask=mask, index=index, config=old, xrpo_inputs=inputs)
+    share = lambda a: float((a - grpo)[correct, 0].abs().sum() / a[correct, 0].abs().sum())  # noqa: E731
+    assert share(default) > 0.5 and share(before) < 0.02
+    assert default[0:3, 0].argsort().tolist() == [0, 2, 1]  # group a ranked by novelty, at |A| ~ 1
+    assert default[1, 0].item() > 0.9

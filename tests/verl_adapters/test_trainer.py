@@ -8,11 +8,8 @@ import torch
 
 from xrpo_verl.icl import ICLExample, render_icl_prompt
 from xrpo_verl.local.tiny_model import TinyModelConfig, build_tokenizer
-from xrpo_verl.verl_adapters.trainer import (
-    BatchView,
-    icl_token_budget,
-    prefix_mask_metrics,
-)
+from xrpo_verl.verl_adapters.batch_view import BatchView, prefix_mask_metrics
+from xrpo_verl.verl_adapters.trainer import icl_token_budget
 
 
 def _tok():
@@ -30,10 +27,7 @@ def test_icl_budget_is_the_rollout_cap_minus_the_chat_template():
     assert budget == 192 - overhead
     # the rendered user turn within that budget, once templated, fits the rollout's cap exactly or below
     ex = [ICLExample("a", "3+4=?", "3+4\n=7\n\\boxed{7}", 1, 9), ICLExample("b", "5-2=?", "5-2\n=3\n\\boxed{3}", 1, 9)]
-    trunc = lambda t, n: tok.decode(tok.encode(t, add_special_tokens=False)[:n])
-    text = render_icl_prompt(
-        ex, "57+88=?", count_tokens=count, truncate=trunc, max_example_tokens=16, max_prompt_tokens=budget
-    )
+    text = render_icl_prompt(ex, "57+88=?", count_tokens=count, max_example_tokens=16, max_prompt_tokens=budget).text
     assert text != "57+88=?"
     user = [{"role": "user", "content": text}]
     assert count(tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)) <= 192
@@ -43,10 +37,9 @@ def test_icl_budget_is_the_rollout_cap_minus_the_chat_template():
             ex,
             "57+88=?",
             count_tokens=count,
-            truncate=trunc,
             max_example_tokens=16,
             max_prompt_tokens=icl_token_budget(tok, messages, "57+88=?", count, 64),
-        )
+        ).text
         == "57+88=?"
     )
 
@@ -88,3 +81,24 @@ def test_prefix_mask_metrics_count_masked_response_tokens_per_kind():
     unmasked = _view([5, 4, 6, 3], [[1] * 5, [1, 1, 1, 0], [1] * 6, [1] * 3], ["guided", "base", "guided", "base"])
     m = prefix_mask_metrics(unmasked)
     assert m["xrpo/prefix/guided_rows_masked"] == 0.0 and m["xrpo/prefix/masked_tokens_other_rows"] == 1.0
+
+
+def test_rollout_correction_weights_for_our_estimators_are_verls():
+    """Pins issue 11 point 7: our estimators replace verl's `_compute_advantage`, which is where verl
+    computes the rollout-correction IS weights and rejection mask; the old code skipped them silently.
+    `apply_rollout_correction` is what `_xrpo_write_advantages` runs; token IS weights are
+    exp(old - rollout) truncated at the threshold, 0 outside the mask."""
+    from omegaconf import OmegaConf
+
+    from xrpo_verl.verl_adapters.trainer import apply_rollout_correction
+
+    cfg = OmegaConf.create({"rollout_is": "token", "rollout_is_threshold": 2.0, "rollout_rs": None})
+    old = torch.tensor([[-1.0, -2.0, -1.0], [-0.5, -0.5, -3.0]])
+    rollout = torch.tensor([[-1.5, -1.0, -1.0], [-0.5, -2.0, -3.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    w, new_mask, metrics = apply_rollout_correction(cfg, old, rollout, mask)
+    want = torch.clamp(torch.exp(old - rollout), max=2.0) * mask
+    assert torch.allclose(w * mask, want, atol=1e-6)
+    assert torch.equal(new_mask, mask) and "rollout_corr/rollout_is_mean" in metrics
+    off, _, _ = apply_rollout_correction(OmegaConf.create({"rollout_is": None}), old, rollout, mask)
+    assert off is None  # verl's default: metrics only, no weights

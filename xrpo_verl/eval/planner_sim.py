@@ -5,7 +5,7 @@ some in between, as on a real math set). Each step samples B prompts; a rollout 
 a Bernoulli(p_q) reward. Three ways to spend rollouts are compared:
 
 - uniform: n_avg rollouts per prompt (plain GRPO), budget B * n_avg.
-- xrpo:    n_base per prompt, then R rounds allocated by `xrpo_verl.planner.allocate`
+- xrpo:    n_base per prompt, then R rounds of `xrpo_verl.planner.plan_round`
            (Pi_q = Delta_q + phi_q, capped at n_max), same budget B * n_avg.
 - dapo:    dynamic sampling: generate batches of B prompts x n_avg, drop groups whose rewards
            all agree, repeat until B groups are kept (or max_gen_batches); every generated
@@ -18,12 +18,13 @@ estimate rbar_q against the hidden p_q.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 
 from xrpo_verl import planner
+from xrpo_verl.config import PlannerConfig
 
 Strategy = Literal["uniform", "xrpo", "dapo"]
 STRATEGIES: tuple[str, ...] = ("uniform", "xrpo", "dapo")
@@ -51,26 +52,16 @@ class PoolConfig:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """One simulated run; the XRPO planner fields mirror `xrpo_verl.config.PlannerConfig`."""
+    """One simulated run; the XRPO planner is the trainer's own `PlannerConfig`."""
 
     batch_prompts: int = 512
     """B, prompts per step"""
-    n_avg: int = 16
-    """average rollouts per prompt; the budget of uniform and xrpo is B * n_avg"""
-    n_base: int = 8
-    """xrpo phase-0 rollouts per prompt"""
-    rounds: int = 2
-    """R, xrpo dynamic rounds"""
-    n_max: int = 32
-    """xrpo cap on rollouts per prompt"""
-    alpha: float = 0.05
-    """Student-t level of h_q(n)"""
-    lam: float = 0.03
-    """lambda of the exploration bonus phi_q"""
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    """the XRPO planner (n_base, n_avg, rounds, n_max, alpha, lam, ...); uniform and dapo use its n_avg"""
     max_gen_batches: int = 10
     """dapo: most generation batches per step (verl's max_num_gen_batches)"""
     steps: int = 8
-    """simulated training steps; T of phi_q is the step index + 1"""
+    """simulated training steps"""
     seed: int = 0
     """seed of the pool and the rewards"""
 
@@ -80,10 +71,14 @@ class SimConfig:
                 f"batch_prompts, steps and max_gen_batches must be >= 1, got {self.batch_prompts}, "
                 f"{self.steps}, {self.max_gen_batches}"
             )
-        if not 2 <= self.n_base <= self.n_avg <= self.n_max:
-            raise ValueError(
-                f"need 2 <= n_base <= n_avg <= n_max, got n_base={self.n_base}, n_avg={self.n_avg}, n_max={self.n_max}"
-            )
+        if not isinstance(self.planner, PlannerConfig):
+            raise ValueError(f"planner must be a PlannerConfig, got {type(self.planner).__name__}")
+        if self.planner.n_base < 2:
+            raise ValueError(f"the simulation needs n_base >= 2, got {self.planner.n_base}")
+
+    @property
+    def n_avg(self) -> int:
+        return self.planner.n_avg
 
 
 @dataclass(frozen=True)
@@ -122,12 +117,13 @@ def uniform_step(p: np.ndarray, cfg: SimConfig, rng: np.random.Generator) -> Ste
     return _stats(groups, p)
 
 
-def xrpo_step(p: np.ndarray, cfg: SimConfig, step: int, rng: np.random.Generator) -> StepStats:
-    """Phase 0 with n_base each, then R rounds of `planner.allocate` (XRPO §2.2)."""
-    budgets = planner.round_budgets(p.size, cfg.n_avg, cfg.n_base, cfg.rounds)
-    groups = [(rng.random(cfg.n_base) < pq).astype(np.float64) for pq in p]
+def xrpo_step(p: np.ndarray, cfg: SimConfig, rng: np.random.Generator) -> StepStats:
+    """Phase 0 with n_base each, then R rounds of `planner.plan_round`, as the trainer runs them."""
+    pc = cfg.planner
+    budgets = planner.round_budgets(p.size, pc.n_avg, pc.n_base, pc.rounds)
+    groups = [(rng.random(pc.n_base) < pq).astype(np.float64) for pq in p]
     for budget in budgets[1:]:
-        extra = planner.allocate(groups, budget, step=step, alpha=cfg.alpha, lam=cfg.lam, n_max=cfg.n_max)
+        extra = planner.plan_round(groups, budget, pc).extra
         groups = [
             np.concatenate([g, (rng.random(k) < pq).astype(np.float64)]) if k else g
             for g, k, pq in zip(groups, extra, p)
@@ -164,12 +160,12 @@ def simulate(strategy: Strategy, sim: SimConfig = SimConfig(), pool_cfg: PoolCon
     pool = sample_pool(pool_cfg, np.random.default_rng(sim.seed))
     rng = np.random.default_rng(sim.seed + 1)  # same batches for every strategy
     total = StepStats(0, 0, 0.0, 0)
-    for step in range(sim.steps):
+    for _ in range(sim.steps):
         p = pool[rng.choice(pool.size, size=sim.batch_prompts, replace=False)]
         if strategy == "uniform":
             s = uniform_step(p, sim, rng)
         elif strategy == "xrpo":
-            s = xrpo_step(p, sim, step + 1, rng)
+            s = xrpo_step(p, sim, rng)
         else:
             s = dapo_step(pool, sim, rng)
         total = StepStats(*(a + b for a, b in zip(asdict(total).values(), asdict(s).values())))
@@ -193,7 +189,24 @@ def compare(sim: SimConfig = SimConfig(), pool_cfg: PoolConfig = PoolConfig()) -
     return out
 
 
+def lambda_sweep(
+    lams: tuple[float, ...] = (0.003, 0.01, 0.03, 0.1),
+    sim: SimConfig = SimConfig(),
+    pool_cfg: PoolConfig = PoolConfig(),
+) -> dict[float, dict]:
+    """XRPO against uniform for each lambda: share of rollouts in mixed groups and RMSE, as ratios."""
+    out = {}
+    base = simulate("uniform", sim, pool_cfg)
+    for lam in lams:
+        run = simulate("xrpo", replace(sim, planner=replace(sim.planner, lam=lam)), pool_cfg)
+        run["share_ratio_vs_uniform"] = run["informative_share"] / base["informative_share"]
+        run["rmse_ratio_vs_uniform"] = run["pass_rate_rmse"] / base["pass_rate_rmse"]
+        out[lam] = run
+    return out
+
+
 if __name__ == "__main__":
     import json
 
     print(json.dumps(compare(), indent=1))
+    print(json.dumps({str(k): v for k, v in lambda_sweep().items()}, indent=1))

@@ -13,7 +13,7 @@ server sees, through a thin client wrapper:
 
 `XrpoAgentLoopWorker` shifts `session_id` by the row column `xrpo_session_offset`: verl keys
 trajectories `{uid}_{session_id}_{i}` with session ids from 0, so a second round for the same
-uid would overwrite round 1 (verified, see docs/verl_v1_multiround.md §2.1).
+uid would overwrite round 1 (see docs/multiround.md, sessions).
 """
 
 from __future__ import annotations

@@ -81,11 +81,6 @@ class PluginSettings:
     def use_prefix(self) -> bool:
         return self.extra.prefix.enable
 
-    @property
-    def plain_grpo(self) -> bool:
-        """All features off: the step must equal verl's GRPO step."""
-        return not (self.use_sharpening or self.use_novelty or self.use_planner or self.use_icl or self.use_prefix)
-
 
 def check_estimator_pairing(adv_estimator: str, trainer_mode: str) -> None:
     """Our estimators need the extra inputs only trainer mode `xrpo` supplies, and vice versa."""
@@ -121,11 +116,6 @@ def _check_budget(xrpo: XRPOConfig, rollout_n: int) -> None:
     planner = xrpo.planner
     if not planner.enable:
         return
-    if planner.n_avg < planner.n_base:
-        raise ValueError(
-            f"algorithm.xrpo.planner.n_avg={planner.n_avg} (rollouts per prompt on average) is smaller than the "
-            f"base phase n_base={planner.n_base}; the budget must cover the base phase."
-        )
     if rollout_n != planner.n_avg:
         # verl sizes PPO mini-batches as ppo_mini_batch_size * rollout.n; matching n_avg keeps the
         # number of optimizer updates equal to the compute-matched GRPO run.
@@ -139,7 +129,8 @@ def _check_rollout_features(s: PluginSettings) -> None:
     if s.use_icl and not s.use_planner:
         raise ValueError(
             "algorithm.xrpo.icl.enable=true needs the planner rounds (algorithm.xrpo.planner.enable=true): ICL rows "
-            "are the later rounds of all-fail prompts."
+            "are the later rounds of all-fail prompts. For ICL without the planner's priorities (the paper's "
+            "ablation) keep the rounds and split them evenly: algorithm.xrpo.planner.allocation=uniform."
         )
 
 
@@ -243,8 +234,3 @@ def validate_trainer_config(config: DictConfig, *, check_embedder: bool = True) 
         for where, emb in _embedder_configs(settings):
             check_embedder_available(where, emb)
     return settings
-
-
-def method_defaults_yaml() -> str:
-    """The `algorithm.xrpo` / `algorithm.extra` defaults, as written into `xrpo_verl/hydra_config/xrpo_trainer.yaml`."""
-    return OmegaConf.to_yaml({"xrpo": XRPOConfig().to_dict(), "extra": ExTraConfig().to_dict()})

@@ -2,72 +2,127 @@
 
 Runs inside `XrpoTrainer._compute_advantage`, after verl's old-log-prob pass has written the
 response-aligned token entropies H_t (π_old of this step, `calculate_entropy=True`). The guided
-prompts are injected by the next steps' `prepare_step`. The maths (boundaries, prefix entropies,
-smoothing, hardness) is `xrpo_verl.prefix`.
+prompts are injected by the next steps' `prepare_step`. The maths (hardness, candidates, smoothing,
+selection) is `xrpo_verl.prefix`; see docs/algorithms.md (prefix regeneration).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-from xrpo_verl import advantages as adv_lib
 from xrpo_verl import prefix as prefix_lib
+from xrpo_verl.config import PrefixConfig
 from xrpo_verl.verl_adapters import rows as R
+from xrpo_verl.verl_adapters.batch_view import BatchView
+from xrpo_verl.verl_adapters.state import PluginState
+
+# Rows whose token entropies are those of the plain prompt: ICL rows are conditioned on the examples.
+CANDIDATE_KINDS = ("base", "round")
 
 
-def candidate_groups(view) -> dict[str, list[int]]:
-    """uid -> valid row indices of the step's non-guided groups (guided groups never spawn prefixes)."""
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i in np.flatnonzero((view.valid & view.not_guided).numpy()):
-        groups[view.uids[i]].append(int(i))
-    return groups
+@dataclass
+class PrefixQueueResult:
+    """What one step's prefix selection did, for the step's metrics."""
+
+    queued: int = 0  # guided prompts pushed
+    hard_prompts: int = 0  # hard groups seen (after warm-up)
+    candidates: list[int] = field(default_factory=list)  # per queued prompt: this step's candidates
+    memory: list[int] = field(default_factory=list)  # per queued prompt: entries the selection ran over
+    chosen_shortest: int = 0  # selections that picked the shortest prefix in memory
+    chosen_lowest_raw: int = 0  # selections that picked the lowest raw MTE (smoothing agreed)
+    tied: int = 0  # selections where the smoothing tied every candidate (spread 0) over > 1 entry
+
+    def metrics(self) -> dict[str, float]:
+        def mean(x: list[int]) -> float:
+            return float(np.mean(x)) if x else 0.0
+
+        return {
+            "xrpo/guided/queued": float(self.queued),
+            "xrpo/prefix/hard_prompts": float(self.hard_prompts),
+            "xrpo/prefix/candidates/mean": mean(self.candidates),
+            "xrpo/prefix/candidates/max": float(max(self.candidates, default=0)),
+            "xrpo/prefix/memory/mean": mean(self.memory),
+            "xrpo/prefix/chosen_shortest": float(self.chosen_shortest),
+            "xrpo/prefix/chosen_lowest_raw": float(self.chosen_lowest_raw),
+            "xrpo/prefix/smoothing_tied": float(self.tied),
+        }
 
 
-def queue_prefixes(trainer, view) -> int:
-    """Queue one guided prompt per hard prompt of this step; returns how many were queued."""
-    s = trainer.xrpo_settings
-    cfg = s.extra.prefix
-    if trainer.global_steps <= cfg.warmup_steps:
-        return 0
-    state = trainer.xrpo_state
-    max_len = int(cfg.max_prefix_frac * int(trainer.config.actor_rollout_ref.rollout.response_length))
-    queued = 0
-    for uid, idx in candidate_groups(view).items():
-        rewards = [float(view.scores[i]) for i in idx]
-        if not prefix_lib.is_hard(rewards, cfg.hard_threshold):
+def _strip_tail(ids: list[int], drop: set[int]) -> list[int]:
+    """Token ids without trailing EOS/padding: a prefix must leave a real suffix."""
+    end = len(ids)
+    while end and ids[end - 1] in drop:
+        end -= 1
+    return ids[:end]
+
+
+def queue_prefixes(
+    view: BatchView,
+    *,
+    cfg: PrefixConfig,
+    state: PluginState,
+    source_rows: dict[str, dict],
+    newline_ids: set[int],
+    end_ids: set[int],
+    decode: Callable[[list[int]], str],
+    max_prefix_len: int,
+) -> PrefixQueueResult:
+    """Queue one guided prompt per hard prompt of this step (ExTra §3.2).
+
+    Args:
+        view: the step's trajectories; `entropy` and `prompts` must be fetched.
+        cfg: algorithm.extra.prefix.
+        state: the plugin state (prefix memory, guided queue, embedder).
+        source_rows: uid -> the dataset row submitted for that uid this step.
+        newline_ids: token ids that end a step.
+        end_ids: EOS/padding ids stripped from a response's end.
+        decode: token ids -> text (the policy's tokenizer).
+        max_prefix_len: max_prefix_frac * max_response_length, in tokens.
+    """
+    out = PrefixQueueResult()
+    if view.entropy is None or view.prompts is None:
+        raise ValueError("queue_prefixes needs the batch's entropy and prompts")
+    rows = view.valid & torch.tensor([k in CANDIDATE_KINDS for k in view.kinds], dtype=torch.bool)
+    for uid, idx in view.groups(rows).items():
+        if not prefix_lib.is_hard([float(view.scores[i]) for i in idx], cfg.hard_threshold):
             continue
-        # anchor y* = argmin_i MTE(y_i) over generated tokens
-        mte = adv_lib.mean_token_entropy(view.entropy[idx], view.mask[idx])
-        a = idx[prefix_lib.select_anchor(mte.tolist())]
-        length = int(view.responses[a].numel())
-        tokens = view.responses[a][:length].tolist()
-        bounds = [
-            b
-            for b in prefix_lib.step_boundaries(
-                tokens, trainer._xrpo_newlines, min_gap=cfg.min_gap, max_candidates=cfg.max_candidates
-            )
-            if b <= max_len
-        ]
-        if not bounds:
+        out.hard_prompts += 1
+        responses = [_strip_tail(view.responses[i].tolist(), end_ids) for i in idx]
+        entropies = [view.entropy[i, : len(r)].numpy() for i, r in zip(idx, responses)]
+        cands = prefix_lib.group_candidates(
+            responses,
+            entropies,
+            newline_ids,
+            min_gap=cfg.min_gap,
+            max_candidates=cfg.max_candidates,
+            max_len=max_prefix_len,
+        )
+        if not cands:
             continue
-        entropies = prefix_lib.prefix_mean_entropies(view.entropy[a, :length].numpy(), bounds)
-        texts = [trainer.tokenizer.decode(tokens[:b], skip_special_tokens=True) for b in bounds]
-        emb = state.extra_embedder().encode(texts)
-        key = view.keys[a]
-        for b, score, e in zip(bounds, entropies, emb, strict=True):
-            state.prefix_memory.add(key, tokens[:b], float(score), e)
+        key = view.keys[idx[0]]
+        emb = state.extra_embedder().encode([decode(list(c.prefix_ids)) for c in cands])
+        for c, e in zip(cands, emb, strict=True):
+            state.prefix_memory.add(key, c.prefix_ids, c.score, e)
         # b* = argmin_i Σ_j softmax_j(cos_ij / τ) MTE_j over the prompt's whole prefix memory
-        prefix_ids = state.prefix_memory.select(key, tau=cfg.tau).prefix_ids
-        source = trainer._xrpo_step_rows.get(uid)
+        entry, choice = state.prefix_memory.select(key, tau=cfg.tau)
+        memory = state.prefix_memory.entries(key)
+        out.candidates.append(len(cands))
+        out.memory.append(len(memory))
+        out.chosen_shortest += len(entry.prefix_ids) == min(len(m.prefix_ids) for m in memory)
+        out.chosen_lowest_raw += entry.score == min(m.score for m in memory)
+        out.tied += len(memory) > 1 and choice.spread == 0.0
+        source = source_rows.get(uid)
         if source is None:
             raise RuntimeError(f"hard prompt {uid} has no source row in this step; cannot queue its guided prompt")
         stored = R.dataset_row(source)
         gp = prefix_lib.GuidedPrompt(
-            prompt_ids=view.prompts[a].tolist(),
-            prefix_ids=list(prefix_ids),
+            prompt_ids=view.prompts[idx[0]].tolist(),
+            prefix_ids=list(entry.prefix_ids),
             ground_truth=stored["reward_model"]["ground_truth"],
             data_source=stored["data_source"],
             extra_info=stored.get("extra_info"),
@@ -76,5 +131,5 @@ def queue_prefixes(trainer, view) -> int:
         )
         state.guided_queue.push(gp)
         state.remember_guided_row(gp.uid, stored)
-        queued += 1
-    return queued
+        out.queued += 1
+    return out

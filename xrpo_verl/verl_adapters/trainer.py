@@ -4,14 +4,14 @@ Select with `trainer.v1.trainer_mode=xrpo` (see `xrpo_verl/hydra_config/xrpo_tra
 
 1. phase 0: the dataloader batch, `n_base` rollouts per prompt; queued ExTra guided prompts
    replace its tail rows (own uid, own dataset row, agent loop `extra_prefix`, `n_suffix` rollouts);
-2. R planner rounds (`xrpo_verl.planner.allocate`): one batched submission per round, same uid,
+2. R planner rounds (`xrpo_verl.planner.plan_round`): one batched submission per round, same uid,
    per-row `__rollout_n__` and session offset; all-fail prompts go through agent loop `xrpo_icl`
    with examples retrieved from the corpus of verified successes;
 3. verl's pipeline (replay buffer → old log-probs with entropy → ...); `_compute_advantage` calls
    our registered estimator with the extra inputs, adds successes to the ICL corpus, responses to
    the novelty memory, and queues prefixes of hard prompts for later steps.
 
-All orchestration is here; the maths is in the pure modules. See docs/verl_v1_multiround.md.
+All orchestration is here; the maths is in the pure modules. See docs/multiround.md.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import math
 import os
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,18 +37,21 @@ from verl.workers.utils.padding import response_to_nested
 
 from xrpo_verl import advantages as adv_lib
 from xrpo_verl import planner
+from xrpo_verl.config import ICLConfig
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters.agent_loops import (
     ICL_AGENT,
     PREFIX_AGENT,
     XrpoAgentLoopManager,
 )
+from xrpo_verl.verl_adapters.batch_view import BatchView, prefix_mask_metrics
 from xrpo_verl.verl_adapters.config import (
     AGENT_LOOP_MANAGER,
     TRAINER_MODE,
     validate_trainer_config,
 )
-from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
+from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs, sequence_advantages
+from xrpo_verl.verl_adapters.prefixes import PrefixQueueResult, queue_prefixes
 from xrpo_verl.verl_adapters.state import PluginState
 
 logger = logging.getLogger(__name__)
@@ -96,6 +100,41 @@ def icl_token_budget(tokenizer, messages: list[dict], user_text: str, count_toke
     return max(1, prompt_length - max(0, overhead))
 
 
+@dataclass(frozen=True)
+class ICLDecision:
+    """The ICL prompt for one all-fail prompt, or why it stays zero-shot."""
+
+    text: str  # the rendered ICL user turn; "" when zero-shot
+    reason: str  # "ok", "no_examples" (nothing retrieved within the similarity band) or "no_fit"
+    similarity: float  # mean retrieval similarity of the examples shown; nan when none
+    examples: int  # examples shown, each a whole verified solution
+    skipped_long: int  # retrieved examples left out as longer than max_example_tokens
+
+
+def build_icl_prompt(
+    corpus, cfg: ICLConfig, *, prompt_key: str, text: str, count_tokens, max_prompt_tokens: int
+) -> ICLDecision:
+    """Retrieve K solved neighbours of an all-fail prompt and render them whole (XRPO §2.3)."""
+    from xrpo_verl.icl import render_icl_prompt
+
+    examples = corpus.retrieve(
+        prompt_key, text, k=cfg.k, min_similarity=cfg.min_similarity, max_similarity=cfg.max_similarity
+    )
+    if not examples:
+        return ICLDecision("", "no_examples", math.nan, 0, 0)
+    r = render_icl_prompt(
+        examples,
+        text,
+        count_tokens=count_tokens,
+        max_example_tokens=cfg.max_example_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+    )
+    if not r.examples:  # zero-shot fallback: no example fits whole
+        return ICLDecision("", "no_fit", math.nan, 0, r.skipped_long)
+    sims = [e.similarity for e in r.examples]
+    return ICLDecision(r.text, "ok", float(np.mean(sims)), len(r.examples), r.skipped_long)
+
+
 @register_trainer(TRAINER_MODE)
 class XrpoTrainer(PPOTrainerSync):
     """`PPOTrainerSync` plus multi-round rollouts, ICL seeding, prefix regeneration and our estimators."""
@@ -107,8 +146,8 @@ class XrpoTrainer(PPOTrainerSync):
         super().__init__(config)
         self.xrpo_state = PluginState(self.xrpo_settings)
         self._xrpo_plugin_s = 0.0
-        self._xrpo_newlines: set[int] | None = None
-        self._xrpo_step_rows: dict[str, dict] = {}
+        self._xrpo_newlines: set[int] | None = None  # built on first use (scans the vocabulary)
+        self._xrpo_step_rows: dict[str, dict] = {}  # uid -> dataset row submitted this step
 
     def _build_replay_buffer(self):
         # Sync semantics everywhere the base class compares trainer_mode to "sync" (dataloader, TQ
@@ -148,6 +187,8 @@ class XrpoTrainer(PPOTrainerSync):
                 self._xrpo_submit_and_wait(submit, scalars)
             metrics["xrpo/guided/injected"] = len(guided)
             self.xrpo_state.counters["guided_injected"] += len(guided)
+            if not s.use_icl:
+                metrics.update(icl_metrics([], 0, 0, 0))  # switched off: exactly zero
             if s.use_planner and s.xrpo.planner.rounds > 0 and base:
                 metrics.update(self._xrpo_planner_rounds(base, scalars, default_agent))
         metrics["xrpo/prompts/base"] = len(base)
@@ -159,33 +200,25 @@ class XrpoTrainer(PPOTrainerSync):
         counts = {u: p.n_base for u in uids}
         icl_uids: set[str] = set()
         icl_sessions: dict[str, list[range]] = defaultdict(list)
-        sims: list[float] = []
-        # why an all-fail prompt given rollouts did (not) get an ICL prompt: "ok", "no_examples", "no_fit"
-        icl_misses: dict[str, int] = defaultdict(int)
+        decisions: list[ICLDecision] = []
         out: dict[str, float] = {}
         budgets = planner.round_budgets(len(base), p.n_avg, p.n_base, p.rounds)
         for r, budget in enumerate(budgets[1:], start=1):
             tic = time.perf_counter()
             rewards = self._xrpo_session_rewards(set(uids))
             lists = [list(rewards.get(u, {}).values()) or [0.0] for u in uids]
-            step_t = self.global_steps if p.step_source == "global_step" else sum(counts.values())
-            kw = dict(
-                step=step_t, alpha=p.alpha, lam=p.lam, bonus=p.bonus_form, k=p.shrink_steps, smoothed_std=p.smoothed_std
-            )
-            diag = planner.priority_diagnostics(lists, **kw)
-            ks = planner.allocate(lists, budget, n_max=p.n_max, **kw)
+            plan = planner.plan_round(lists, budget, p)
             submit = []
-            for row, u, k, lst in zip(base, uids, ks, lists, strict=True):
+            for row, u, k, all_fail in zip(base, uids, plan.extra, plan.all_fail, strict=True):
                 if k == 0:
                     continue
-                icl_text = ""
-                if s.use_icl and max(lst) <= 0:
-                    icl_text, sim = self._xrpo_icl_prompt(row)
-                    icl_misses[sim if not icl_text else "ok"] += 1
-                    if icl_text:
-                        icl_uids.add(u)
-                        icl_sessions[u].append(range(counts[u], counts[u] + k))
-                        sims.append(sim)
+                icl = self._xrpo_icl_prompt(row) if s.use_icl and all_fail else None
+                if icl is not None:
+                    decisions.append(icl)
+                icl_text = icl.text if icl is not None else ""
+                if icl_text:
+                    icl_uids.add(u)
+                    icl_sessions[u].append(range(counts[u], counts[u] + k))
                 submit.append(
                     R.with_plugin_columns(
                         row,
@@ -199,7 +232,7 @@ class XrpoTrainer(PPOTrainerSync):
                 )
                 counts[u] += k
             self._xrpo_plugin_s += time.perf_counter() - tic
-            out.update(self._planner_metrics(r, ks, diag))
+            out.update(self._planner_metrics(r, plan))
             if submit:
                 with marked_timer(f"xrpo_round_{r}", self.timing_raw):
                     self._xrpo_submit_and_wait(submit, scalars)
@@ -208,14 +241,7 @@ class XrpoTrainer(PPOTrainerSync):
             flips = sum(any(final.get(u, {}).get(i, 0.0) > 0 for rg in icl_sessions[u] for i in rg) for u in icl_uids)
             self.xrpo_state.counters["icl_triggers"] += len(icl_uids)
             self.xrpo_state.counters["icl_flips"] += flips
-            out["xrpo/icl/triggers"] = len(icl_uids)
-            out["xrpo/icl/flip_rate"] = flips / len(icl_uids) if icl_uids else 0.0
-            out["xrpo/icl/corpus_size"] = len(self.xrpo_state.corpus)
-            # an all-fail prompt falls back to zero-shot when retrieval is empty or the examples do not fit
-            out["xrpo/icl/fallback_no_examples"] = icl_misses["no_examples"]
-            out["xrpo/icl/fallback_no_fit"] = icl_misses["no_fit"]
-            if sims:
-                out["xrpo/icl/retrieval_similarity/mean"] = float(np.mean(sims))
+            out.update(icl_metrics(decisions, len(icl_uids), flips, len(self.xrpo_state.corpus)))
         sizes = np.array(list(counts.values()))
         out["xrpo/alloc/n_q/mean"] = float(sizes.mean())
         out["xrpo/alloc/n_q/min"] = float(sizes.min())
@@ -223,8 +249,8 @@ class XrpoTrainer(PPOTrainerSync):
         return out
 
     @staticmethod
-    def _planner_metrics(r: int, ks: list[int], diag) -> dict[str, float]:
-        ks_arr = np.asarray(ks)
+    def _planner_metrics(r: int, plan: planner.RoundPlan) -> dict[str, float]:
+        ks_arr, diag = np.asarray(plan.extra), plan.diagnostics
         out = {f"xrpo/round_{r}/rollouts": float(ks_arr.sum()), f"xrpo/round_{r}/prompts": float((ks_arr > 0).sum())}
         # Allocation histogram as scalar bins (the tracker drops lists): how many prompts got k extra rollouts.
         for lo, hi in ((0, 0), (1, 2), (3, 4), (5, 8), (9, 16), (17, 10**9)):
@@ -234,43 +260,31 @@ class XrpoTrainer(PPOTrainerSync):
         phi = np.asarray(diag.phi, dtype=float)
         out[f"xrpo/round_{r}/delta/mean"] = float(delta.mean())
         out[f"xrpo/round_{r}/phi/mean"] = float(phi.mean())
+        out[f"xrpo/round_{r}/step_rollouts"] = float(plan.step_rollouts)  # T of phi_q
         # φ/Δ ratio: > 1 means the exploration bonus, not the uncertainty reduction, drives allocation.
         if delta.mean() > 0:  # all groups at zero variance: Π = φ, the ratio is undefined
             out[f"xrpo/round_{r}/phi_over_delta"] = float(phi.mean() / delta.mean())
         return out
 
-    def _xrpo_icl_prompt(self, row: dict) -> tuple[str, float | str]:
-        """(rendered ICL user turn, mean retrieval similarity) for an all-fail prompt, or
-        ("", reason) with reason "no_examples" (empty retrieval) or "no_fit" (examples exceed the budget)."""
-        from xrpo_verl.icl import render_icl_prompt
-
+    def _xrpo_icl_prompt(self, row: dict) -> ICLDecision:
         icl = self.xrpo_settings.xrpo.icl
-        text = R.user_text(row["raw_prompt"])
-        examples = self.xrpo_state.corpus.retrieve(
-            row[R.COL_PROMPT_KEY], text, k=icl.k, min_similarity=icl.min_similarity
-        )
-        if not examples:
-            return "", "no_examples"
         tok = self.tokenizer
+        text = R.user_text(row["raw_prompt"])
 
         def count(t: str) -> int:
             return len(tok.encode(t, add_special_tokens=False))
 
-        rendered = render_icl_prompt(
-            examples,
-            text,
-            count_tokens=count,
-            truncate=lambda t, n: tok.decode(tok.encode(t, add_special_tokens=False)[:n]),
-            max_example_tokens=icl.max_example_tokens,
-            max_prompt_tokens=icl.max_prompt_tokens
-            or icl_token_budget(
-                tok, row["raw_prompt"], text, count, int(self.config.actor_rollout_ref.rollout.prompt_length)
-            ),
+        cap = icl.max_prompt_tokens or icl_token_budget(
+            tok, row["raw_prompt"], text, count, int(self.config.actor_rollout_ref.rollout.prompt_length)
         )
-        if rendered == text:  # zero-shot fallback: the examples did not fit
-            return "", "no_fit"
-        sims = [float(getattr(e, "similarity", math.nan)) for e in examples]
-        return rendered, float(np.nanmean(sims)) if not all(map(math.isnan, sims)) else math.nan
+        return build_icl_prompt(
+            self.xrpo_state.corpus,
+            icl,
+            prompt_key=row[R.COL_PROMPT_KEY],
+            text=text,
+            count_tokens=count,
+            max_prompt_tokens=cap,
+        )
 
     def _xrpo_pop_guided(self, batch_size: int) -> list[tuple[Any, dict]]:
         s = self.xrpo_settings
@@ -330,7 +344,7 @@ class XrpoTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         s = self.xrpo_settings
         if s.adv_estimator == "grpo":
-            batch = super()._compute_advantage(batch, metrics)  # verl's own GRPO, untouched
+            batch = super()._compute_advantage(batch, metrics)  # verl's own GRPO, rollout correction included
         tic = time.perf_counter()
         fields = [
             "uid",
@@ -344,7 +358,8 @@ class XrpoTrainer(PPOTrainerSync):
         ]
         if s.use_prefix:
             fields += ["entropy", "prompts"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        optional = ["rollout_log_probs"] if s.adv_estimator != "grpo" else []
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + optional)
         missing = sorted(set(fields) - set(data.keys()))
         if missing:
             raise RuntimeError(
@@ -353,20 +368,31 @@ class XrpoTrainer(PPOTrainerSync):
         view = BatchView.from_tq(data, batch.tags)
         if s.adv_estimator != "grpo":
             # kv_batch_put returns the meta that lists the new fields; later stages read that list.
-            batch = self._xrpo_write_advantages(batch, view, data["response_mask"], metrics)
+            batch = self._xrpo_write_advantages(batch, view, data, metrics)
+        else:
+            metrics.update(signal_metrics(None, None))  # sharpening and novelty are off: exactly zero
         self._xrpo_update_memories(view, metrics)
         self._xrpo_plugin_s += time.perf_counter() - tic
         return batch
 
-    def _xrpo_write_advantages(self, batch, view: BatchView, nested_mask, metrics: dict):
+    def _xrpo_write_advantages(self, batch, view: BatchView, data: TensorDict, metrics: dict):
         s = self.xrpo_settings
+        nested_mask = data["response_mask"]
+        out: dict[str, torch.Tensor] = {}
+        # verl's rollout correction (IS weights, rejection sampling), exactly as its own _compute_advantage
+        # runs it before the estimator: our estimators replace that method, so they must run it too.
+        rc_cfg = self.config.algorithm.get("rollout_correction", None)
+        if rc_cfg is not None and not rc_cfg.get("bypass_mode", False) and "rollout_log_probs" in data.keys():
+            rollout_lp = data["rollout_log_probs"].to_padded_tensor(0.0).float()
+            weights, view.mask, rc_metrics = apply_rollout_correction(rc_cfg, view.old_log_probs, rollout_lp, view.mask)
+            metrics.update(rc_metrics)
+            out["response_mask"] = view.mask
+            if weights is not None:
+                out["rollout_is_weights"] = weights
         novelty = torch.zeros(len(view.uids), dtype=torch.float32)
         gate = None
         if s.use_novelty:
             novelty = self._xrpo_novelty(view)
-            on = view.correct & (novelty > 0)
-            metrics["xrpo/novelty/bonus_rows"] = float(on.sum())
-            metrics["xrpo/novelty/mean_correct"] = float(novelty[view.correct].mean()) if view.correct.any() else 0.0
             metrics["xrpo/novelty/memory_prompts"] = float(len(self.xrpo_state.novelty))
             if s.extra.novelty.placement == "before_norm":
                 gate = self._xrpo_variance_gate(view)
@@ -379,13 +405,12 @@ class XrpoTrainer(PPOTrainerSync):
             config=self.config.algorithm,
             xrpo_inputs=inputs,
         )
-        out = TensorDict(
-            {"advantages": response_to_nested(adv, nested_mask), "returns": response_to_nested(ret, nested_mask)},
-            batch_size=len(batch),
-        )
-        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
+        out["advantages"], out["returns"] = adv, ret
+        nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)
         valid_adv = adv.sum(-1)[view.valid] / view.mask.sum(-1).clamp(min=1)[view.valid]
         metrics["xrpo/adv/seq_mean"] = float(valid_adv.mean()) if len(valid_adv) else 0.0
+        metrics.update(signal_metrics(view, inputs, self.config.algorithm, s, novelty))
         return batch
 
     def _xrpo_variance_gate(self, view: BatchView) -> torch.Tensor:
@@ -440,14 +465,24 @@ class XrpoTrainer(PPOTrainerSync):
         metrics["xrpo/guided/rollouts"] = float(guided.sum())
         metrics.update(prefix_mask_metrics(view))
         metrics["xrpo/guided/success_rate"] = float(view.correct[guided].float().mean()) if guided.any() else 0.0
-        if s.use_prefix:
-            from xrpo_verl.verl_adapters.prefixes import queue_prefixes
-
+        result = PrefixQueueResult()  # switched off or warming up: exactly zero
+        if s.use_prefix and self.global_steps > s.extra.prefix.warmup_steps:
             if self._xrpo_newlines is None:
                 self._xrpo_newlines = newline_token_ids(self.tokenizer)
-            queued = queue_prefixes(self, view)
-            metrics["xrpo/guided/queued"] = queued
-            metrics["xrpo/guided/queue_size"] = len(self.xrpo_state.guided_queue)
+            result = queue_prefixes(
+                view,
+                cfg=s.extra.prefix,
+                state=self.xrpo_state,
+                source_rows=self._xrpo_step_rows,
+                newline_ids=self._xrpo_newlines,
+                end_ids={t for t in (self.tokenizer.eos_token_id, self.tokenizer.pad_token_id) if t is not None},
+                decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                max_prefix_len=int(
+                    s.extra.prefix.max_prefix_frac * int(self.config.actor_rollout_ref.rollout.response_length)
+                ),
+            )
+        metrics.update(result.metrics())
+        metrics["xrpo/guided/queue_size"] = float(len(self.xrpo_state.guided_queue) if s.use_prefix else 0)
 
     # ------------------------------------------------------------------ metrics and checkpoints
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
@@ -476,60 +511,89 @@ class XrpoTrainer(PPOTrainerSync):
         self.xrpo_state.load(folder)
 
 
-def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
-    """Response tokens the loss does not see (`response_mask` 0 inside the response), from the batch itself:
-    ExTra guided rows must have them (the forced prefix), every other row none."""
-    lengths = torch.tensor([int(r.numel()) for r in view.responses], dtype=torch.float32)
-    masked = lengths - view.mask.sum(-1)
-    guided = ~view.not_guided & view.valid
-    other = view.not_guided & view.valid
-    return {
-        "xrpo/prefix/guided_rows": float(guided.sum()),
-        "xrpo/prefix/guided_rows_masked": float((masked[guided] > 0).sum()),
-        "xrpo/prefix/masked_prefix_tokens": float(masked[guided].sum()),
-        "xrpo/prefix/masked_tokens_other_rows": float(masked[other].sum()),
-    }
+def apply_rollout_correction(rc_cfg, old_log_probs, rollout_log_probs, mask):
+    """verl's IS weights and rejection mask for (B, T) tensors: (weights or None, new mask, metrics)."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    weights, new_mask, rc_metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old_log_probs,
+        rollout_log_prob=rollout_log_probs,
+        response_mask=mask,
+        rollout_is=rc_cfg.get("rollout_is", None),
+        rollout_is_threshold=rc_cfg.get("rollout_is_threshold", 2.0),
+        rollout_is_batch_normalize=rc_cfg.get("rollout_is_batch_normalize", False),
+        rollout_rs=rc_cfg.get("rollout_rs", None),
+        rollout_rs_threshold=rc_cfg.get("rollout_rs_threshold", None),
+    )
+    w = weights.batch["rollout_is_weights"] if weights is not None else None
+    return w, new_mask.to(mask.dtype), rc_metrics
 
 
-class BatchView:
-    """The step's trajectories as dense tensors and lists (B rows, T = longest response)."""
+def signal_metrics(view, inputs, algorithm=None, settings=None, novelty=None) -> dict[str, float]:
+    """What sharpening and the novelty bonus did to correct responses this step; all 0 when off.
 
-    def __init__(
-        self, *, uids, keys, kinds, raw_prompts, responses, prompts, entropy, mask, rm_scores, old_log_probs, valid
-    ):
-        self.uids, self.keys, self.kinds, self.raw_prompts = uids, keys, kinds, raw_prompts
-        self.responses = responses  # list of (T_i,) int64, full response (guided: prefix + suffix)
-        self.prompts = prompts  # list of (P_i,) int64 or None
-        self.entropy = entropy  # (B, T) float or None, response-aligned
-        self.mask = mask  # (B, T) float, 1 on generated tokens
-        self.rm_scores = rm_scores  # (B, T) float, reward on the last token
-        self.old_log_probs = old_log_probs  # (B, T)
-        self.valid = valid  # (B,) bool, False on verl's padding rows
-        scores = rm_scores.sum(-1)
-        self.scores = scores
-        self.correct = (scores > 0) & valid
-        self.not_guided = torch.tensor([k != "guided" for k in kinds], dtype=torch.bool)
-        self.seq_logp_mean = adv_lib.sequence_mean_logprob(old_log_probs, mask)
+    Each feature's effect is its advantages against the same estimator without it (the function the
+    estimator itself calls), so a feature that went inert logs 0.
+    """
+    names = ("rows", "abs_mean", "share", "rank_changed")
+    out = {f"xrpo/{f}/bonus_{n}": 0.0 for f in ("sharpening", "novelty") for n in names}
+    out["xrpo/novelty/positive_correct"] = 0.0
+    out["xrpo/novelty/mean_correct"] = 0.0
+    if view is None:
+        return out
+    from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES
 
-    @classmethod
-    def from_tq(cls, data: TensorDict, tags: list[dict]) -> BatchView:
-        def dense(name):
-            return data[name].to_padded_tensor(0.0)
+    features = ESTIMATOR_FEATURES[settings.adv_estimator]
+    index = np.array(view.uids, dtype=object)
+    valid = view.valid
 
-        def column(name):  # LinkedList / NonTensorStack / ndarray, depending on the TQ backend
-            return [getattr(v, "data", v) for v in list(data[name])]
-
-        mask = dense("response_mask").float()
-        return cls(
-            uids=[str(u) for u in column("uid")],
-            keys=[str(k) for k in column(R.COL_PROMPT_KEY)],
-            kinds=[str(k) for k in column(R.COL_KIND)],
-            raw_prompts=column("raw_prompt"),
-            responses=list(data["responses"].unbind()),
-            prompts=list(data["prompts"].unbind()) if "prompts" in data.keys() else None,
-            entropy=dense("entropy").float() if "entropy" in data.keys() else None,
-            mask=mask,
-            rm_scores=dense("rm_scores").float(),
-            old_log_probs=dense("old_log_probs").float(),
-            valid=torch.tensor([not t.get("is_padding", False) for t in tags], dtype=torch.bool),
+    def seq_adv(feats):
+        return sequence_advantages(
+            view.scores[valid],
+            list(index[valid.numpy()]),
+            _subset_inputs(inputs, valid),
+            features=frozenset(feats),
+            algorithm_config=algorithm,
+            norm_adv_by_std=settings.norm_adv_by_std,
         )
+
+    correct, idx = view.correct[valid], list(index[valid.numpy()])
+    full = seq_adv(features)
+    if "sharpening" in features:
+        with_sharp = seq_adv({"sharpening"})
+        eff = adv_lib.bonus_effect(with_sharp, seq_adv(()), correct, idx)
+        out.update({f"xrpo/sharpening/bonus_{n}": eff[n] for n in names})
+    if "novelty" in features:
+        eff = adv_lib.bonus_effect(full, seq_adv(features - {"novelty"}), correct, idx)
+        out.update({f"xrpo/novelty/bonus_{n}": eff[n] for n in names})
+        nov = novelty[valid]
+        out["xrpo/novelty/positive_correct"] = float((correct & (nov > 0)).sum())
+        out["xrpo/novelty/mean_correct"] = float(nov[correct].mean()) if correct.any() else 0.0
+    return out
+
+
+def _subset_inputs(inputs: XrpoAdvantageInputs, rows: torch.Tensor) -> XrpoAdvantageInputs:
+    return XrpoAdvantageInputs(
+        seq_logp_mean=inputs.seq_logp_mean[rows],
+        correct=inputs.correct[rows],
+        novelty=inputs.novelty[rows],
+        gate=None if inputs.gate is None else inputs.gate[rows],
+    )
+
+
+def icl_metrics(decisions: list[ICLDecision], triggers: int, flips: int, corpus_size: int) -> dict[str, float]:
+    """ICL seeding this step: triggers, flips and what the prompts held; all 0 when ICL is off."""
+    sims = [d.similarity for d in decisions if d.reason == "ok"]
+    return {
+        "xrpo/icl/triggers": float(triggers),
+        "xrpo/icl/flips": float(flips),
+        "xrpo/icl/flip_rate": flips / triggers if triggers else 0.0,
+        "xrpo/icl/corpus_size": float(corpus_size),
+        # an all-fail prompt falls back to zero-shot when retrieval is empty or no example fits whole
+        "xrpo/icl/fallback_no_examples": float(sum(d.reason == "no_examples" for d in decisions)),
+        "xrpo/icl/fallback_no_fit": float(sum(d.reason == "no_fit" for d in decisions)),
+        # every example shown is a whole verified solution, so it ends with its own final answer
+        "xrpo/icl/examples_whole": float(sum(d.examples for d in decisions)),
+        "xrpo/icl/examples_skipped_long": float(sum(d.skipped_long for d in decisions)),
+        "xrpo/icl/retrieval_similarity/mean": float(np.mean(sims)) if sims else 0.0,
+    }

@@ -1,0 +1,107 @@
+"""ExTra's verl side: `queue_prefixes` over a hand-built batch, with a hashing stand-in encoder.
+
+The production path is `group_candidates` -> `PrefixMemory.add` -> `PrefixMemory.select` ->
+`prefix.select_prefix`, the function tests/test_prefix.py checks by hand.
+"""
+
+import hashlib
+
+import numpy as np
+import torch
+
+from xrpo_verl.config import ExTraConfig, XRPOConfig
+from xrpo_verl.verl_adapters.batch_view import BatchView
+from xrpo_verl.verl_adapters.config import PluginSettings
+from xrpo_verl.verl_adapters.prefixes import queue_prefixes
+from xrpo_verl.verl_adapters.state import PluginState
+
+NL, EOS = 10, 2
+
+
+class HashEncoder:
+    def encode(self, texts):
+        out = np.stack(
+            [
+                np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8)[:16].astype(np.float32) - 127
+                for t in texts
+            ]
+        )
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def _state(**prefix):
+    extra = ExTraConfig.from_dict({"prefix": {"min_gap": 1, **prefix}})
+    s = PluginSettings(xrpo=XRPOConfig(), extra=extra, adv_estimator="xrpo_extra", norm_adv_by_std=True, rollout_n=16)
+    return PluginState(s, embedder_factory=lambda cfg: HashEncoder()), extra.prefix
+
+
+def _view(responses, entropies, scores, uids, kinds):
+    b, t = len(responses), max(map(len, responses))
+    ent = torch.zeros(b, t)
+    rm = torch.zeros(b, t)
+    for i, (r, h) in enumerate(zip(responses, entropies)):
+        ent[i, : len(h)] = torch.tensor(h)
+        rm[i, len(r) - 1] = scores[i]
+    return BatchView(
+        uids=uids,
+        keys=[f"key_{u}" for u in uids],
+        kinds=kinds,
+        raw_prompts=[None] * b,
+        responses=[torch.tensor(r) for r in responses],
+        prompts=[torch.tensor([7, 8]) for _ in responses],
+        entropy=ent,
+        mask=torch.ones(b, t),
+        rm_scores=rm,
+        old_log_probs=torch.zeros(b, t),
+        valid=torch.ones(b, dtype=torch.bool),
+    )
+
+
+def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
+    """Pins issue 11 point 3: candidates come from every rollout of the group (the old code took one
+    anchor's steps), trailing EOS is not a step, and the selection is `select_prefix` over the memory."""
+    state, cfg = _state()
+    responses = [
+        [1, NL, 3, 3, NL, 4, EOS],  # steps end at 2 and 5
+        [1, NL, 5, NL, 6, EOS],  # shares step 1; its own step 2 ends at 4
+        [1, NL, 9, EOS],  # group u2: a success, not hard
+    ]
+    entropies = [[2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0], [2.0, 2.0, 0.1, 0.1, 3.0, 3.0], [1.0] * 4]
+    view = _view(responses, entropies, [0.0, 0.0, 1.0], ["u1", "u1", "u2"], ["base", "round", "base"])
+    rows = {"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d", "uid": "u1"}}
+    got = queue_prefixes(
+        view,
+        cfg=cfg,
+        state=state,
+        source_rows=rows,
+        newline_ids={NL},
+        end_ids={EOS},
+        decode=lambda ids: " ".join(map(str, ids)),
+        max_prefix_len=100,
+    )
+    assert got.hard_prompts == 1 and got.queued == 1 and got.candidates == [3]
+    gp = state.guided_queue.pop_many(1)[0]
+    # MTE: [1, NL] 2.0; [1, NL, 3, 3, NL] 2.0; [1, NL, 5, NL] (2 + 2 + 0.1 + 0.1)/4 = 1.05, the argmin
+    assert gp.prefix_ids == [1, NL, 5, NL] and gp.original_prompt_id == "key_u1" and gp.ground_truth == "5"
+    assert gp.prompt_ids == [7, 8]
+    assert got.chosen_shortest == 0 and got.chosen_lowest_raw == 1 and got.tied == 0
+    m = got.metrics()
+    assert m["xrpo/prefix/candidates/mean"] == 3.0 and m["xrpo/guided/queued"] == 1.0
+
+
+def test_length_filter_and_guided_or_icl_rows_are_not_candidates():
+    state, cfg = _state()
+    responses = [[1, NL, 3, 3, NL, 4], [1, 1, 1, NL, 5, 5]]
+    view = _view(responses, [[1.0] * 6, [0.0] * 6], [0.0, 0.0], ["u1", "u1"], ["base", "icl"])
+    got = queue_prefixes(
+        view,
+        cfg=cfg,
+        state=state,
+        source_rows={"u1": {"reward_model": {"ground_truth": "1"}, "data_source": "d"}},
+        newline_ids={NL},
+        end_ids={EOS},
+        decode=str,
+        max_prefix_len=3,
+    )
+    # the icl row's lower entropies are conditioned on its examples: not a candidate; 5 > max_prefix_len
+    assert got.candidates == [1] and state.guided_queue.pop_many(1)[0].prefix_ids == [1, NL]
