@@ -135,7 +135,10 @@ def plot(summary: dict, args, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--methods", nargs="+", default=["grpo", "xrpo", "extra", "xrpo_extra"], help="xrpo_verl/local/recipes/<method>.yaml names"
+        "--methods",
+        nargs="+",
+        default=["grpo", "xrpo", "extra", "xrpo_extra"],
+        help="xrpo_verl/local/recipes/<method>.yaml names",
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=40)

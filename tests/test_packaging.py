@@ -7,6 +7,7 @@ but not the checkout: the editable install's finder is not loaded there.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -37,6 +38,10 @@ print(json.dumps({
 
 
 def test_wheel_installed_elsewhere_runs_the_demo_entry_and_registers(tmp_path):
+    # pip builds a local directory in place: build from a copy, so the checkout gets no build/.
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns(".git", ".venv*", "build", "outputs", "__pycache__", "*.egg-info")
+    shutil.copytree(ROOT, src, ignore=ignore)
     build = subprocess.run(
         [
             sys.executable,
@@ -48,11 +53,12 @@ def test_wheel_installed_elsewhere_runs_the_demo_entry_and_registers(tmp_path):
             "-q",
             "-w",
             tmp_path / "dist",
-            ROOT,
+            src,
         ],
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=src,
     )
     assert build.returncode == 0, build.stderr[-3000:]
     wheel = next((tmp_path / "dist").glob("xrpo_verl-*.whl"))

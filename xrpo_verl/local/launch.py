@@ -90,7 +90,7 @@ def cpu_env(base: dict | None = None) -> dict:
 
 
 def cpu_overrides(run: CpuRun) -> list[str]:
-    """Hydra overrides for verl on CPU (verl.md section 5, verl_cpu.md section 5)."""
+    """Hydra overrides for verl on CPU, each with its reason."""
     mini = run.prompts_per_step
     return [
         f"data.train_files={run.train_file}",

@@ -2,8 +2,8 @@
 
 `apply()` runs only when the CPU switch is on (`register.py`); nothing here changes verl on a
 GPU machine. Each shim names the verl code it works around (paths relative to the installed
-`verl/` package, line numbers of the 0.9.1 wheel). `tests/e2e/test_cpu_shims_contract.py`
-fails loudly when one of those internals moves.
+`verl/` package, line numbers of the 0.9.1 wheel). `test_shim_targets_exist_in_installed_verl` in
+`tests/local/test_shims.py` fails loudly when one of those internals moves.
 """
 
 import contextlib
