@@ -31,7 +31,8 @@ class RunSpec:
     files: dict[str, bytes] = field(default_factory=dict)
     """Files written into /work before the run (plain names, no '/')."""
     writable: bool = False
-    """Whether /work is writable (compilation); test runs see it read-only where the backend allows."""
+    """Whether what the run writes to /work must persist for the session's later runs (a compiler's
+    output). Every run may write /work; other runs' writes may be discarded after their batch."""
     required: bool = False
     """run_many stops after this run when it fails, whatever stop_on_failure says (a compilation)."""
 
