@@ -435,19 +435,71 @@ def _owner(pid: str) -> int:
         return -1
 
 
-def create_nofollow(path: str, mode: int) -> int:
-    """A new file at path, opened for writing, never through a symlink the programs may have
-    planted there (one in its place is removed first)."""
+def create_nofollow(root: str, name: str, mode: int) -> int:
+    """A new file at root/name (name may hold subdirectories, created as needed), opened for
+    writing, never through a symlink the programs may have planted there (a file in its place is
+    removed first; a symlinked directory on the way fails with OSError)."""
+    parts = name.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _read_nofollow(root: str, name: str, cap: int) -> bytes | None:
+    """Up to cap bytes of the regular file root/name, or None (missing, a link, not a file)."""
+    fd = -1
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for part in name.split("/"):
+            sub = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:
+            return None
+        return os.read(fd, cap)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+FETCH_CAP = 4 << 20  # bytes returned of one fetched file
+
+
+def encode_files(files: dict) -> str:
+    """{name: bytes} as one JSON-safe string (the runner's report has no nested values)."""
+    b64 = binascii.b2a_base64
+    return ";".join(
+        b64(k.encode(), newline=False).decode() + ":" + b64(v, newline=False).decode() for k, v in files.items()
+    )
+
+
+def decode_files(text: str) -> dict:
+    out = {}
+    for item in filter(None, text.split(";")):
+        k, _, v = item.partition(":")
+        out[binascii.a2b_base64(k).decode()] = binascii.a2b_base64(v)
+    return out
 
 
 def _write_files(files: dict, job: str) -> None:
     for name, src in files.items():
-        fd = create_nofollow(os.path.join(WORK, name), 0o755)
+        fd = create_nofollow(WORK, name, 0o755)
         with open(os.path.join(job, src), "rb") as f, os.fdopen(fd, "wb") as g:
             while chunk := f.read(1 << 20):
                 g.write(chunk)
@@ -464,7 +516,7 @@ def _seed(src: str) -> None:
             path = os.path.join(root, name)
             if os.path.islink(path):
                 continue
-            fd = create_nofollow(os.path.join(target, name), os.stat(path).st_mode & 0o755)
+            fd = create_nofollow(target, name, os.stat(path).st_mode & 0o755)
             with open(path, "rb") as f, os.fdopen(fd, "wb") as g:
                 while chunk := f.read(1 << 20):
                     g.write(chunk)
@@ -540,6 +592,9 @@ def main(batch_path: str) -> int:
                 "memory_mb": 0.0,
                 "message": str(e),
             }
+        if step.get("fetch"):
+            found = {n: d for n in step["fetch"] if (d := _read_nofollow(WORK, n, FETCH_CAP)) is not None}
+            r["files"] = encode_files(found)
         _kill_others()  # what the test left running or in /tmp is gone before the next test
         _empty("/tmp", os.getuid())
         if r["status"] != "ok":

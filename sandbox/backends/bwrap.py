@@ -273,7 +273,15 @@ class BwrapSession(Session):
                 lim = spec.limits.to_dict()
                 lim["max_processes"] += _BATCH_PROCS
                 stdin = f"in{i}" if spec.stdin else None
-                steps.append({"argv": spec.argv, "limits": lim, "stdin": stdin, "required": spec.required})
+                steps.append(
+                    {
+                        "argv": spec.argv,
+                        "limits": lim,
+                        "stdin": stdin,
+                        "required": spec.required,
+                        "fetch": list(spec.fetch),
+                    }
+                )
             batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV, "seed": _SRC_DIR}
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
