@@ -123,7 +123,7 @@ class RemoteJudge:
 
 def sandboxfusion_run(run: dict, limits: Limits) -> RunResult:
     """A SandboxFusion run_result as a RunResult, for run_verdict."""
-    out, err = str(run.get("stdout") or "").encode(), str(run.get("stderr") or "").encode()
+    out, err = (str(run.get(k) or "").encode(errors="surrogatepass") for k in ("stdout", "stderr"))
     wall = float(run.get("execution_time") or 0.0)
     status, code = run.get("status"), run.get("return_code")
     if status == "TimeLimitExceeded":

@@ -76,8 +76,8 @@ def run_code(
     mem = memory_limit_mb if memory_limit_mb > 0 else DEFAULT_MEMORY_MB
     limits = Limits(cpu_s=run_timeout, wall_s=run_timeout, memory_mb=mem)
     compile_limits = Limits(**{**COMPILE_LIMITS.to_dict(), "cpu_s": compile_timeout, "wall_s": 2 * compile_timeout})
-    files = {**(files or {}), lang.source("sol"): code.encode()}
-    run = RunSpec(lang.run_argv("sol"), limits, stdin=stdin.encode(), fetch=tuple(fetch_files))
+    files = {**(files or {}), lang.source("sol"): code.encode(errors="surrogatepass")}
+    run = RunSpec(lang.run_argv("sol"), limits, stdin=stdin.encode(errors="surrogatepass"), fetch=tuple(fetch_files))
     compile_argv = lang.compile_argv("sol") if lang.compile_writes else None
     if compile_argv is None:
         run.files = files

@@ -67,7 +67,7 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
         argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
     specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
     with be.session() as s:
-        ce, runs = _compile_and_run(s, lang, "sol", code.encode(), compile_limits, specs, stop)
+        ce, runs = _compile_and_run(s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop)
     if ce is not None:
         return JudgeResult(Verdict.CE, 0, n, message=ce)
     tests, pending = [], []
