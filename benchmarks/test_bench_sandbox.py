@@ -1,4 +1,5 @@
-"""Sandbox overheads against a bare `python3` subprocess measured in the same run.
+"""Sandbox overheads against a bare `python3` subprocess measured in the same run, and the
+service (`python -m sandbox serve`) against the same backend called in-process.
 
 Targets (issue 3): bwrap at most 1.5x bare per run and a Docker warm pool at most 3x, where a
 run is one test of a submission (its tests run back to back in one sandbox: one bwrap or one
@@ -154,3 +155,80 @@ def test_bench_bwrap_throughput(benchmark, bwrap, workers):
     benchmark.extra_info["bwrap_tests_per_s"] = statistics.median(sandboxed)
     benchmark.extra_info["bare_runs_per_s"] = statistics.median(bare)
     benchmark.extra_info["ratio_vs_bare"] = statistics.median(b / t for b, t in zip(bare, sandboxed))
+
+
+# ---- the service: `python -m sandbox serve` against the same backend in-process ----
+
+SERVICE_WORKERS = 2  # the cores here: the server's pool and the in-process backend alike
+RUN_CODE = {"code": SOL, "language": "python", "stdin": "1 2\n", "run_timeout": 5, "memory_limit_MB": 256}
+
+
+def _post_run_code(url: str) -> None:
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(url + "/run_code", json.dumps(RUN_CODE).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        body = json.loads(r.read())
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == "3\n", body
+
+
+def _in_process(backend) -> None:
+    from sandbox.runcode import run_code
+
+    body = run_code(backend, SOL, "python", stdin="1 2\n", run_timeout=5, memory_limit_mb=256)
+    assert body["status"] == "Success" and body["run_result"]["stdout"] == "3\n", body
+
+
+def _load_round(call, in_flight: int, n: int) -> dict:
+    """n calls from in_flight threads: requests/s and latency quantiles."""
+    latencies: list[float] = []
+
+    def one(_):
+        t = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(in_flight) as pool:
+        list(pool.map(one, range(n)))
+    wall = time.perf_counter() - t0
+    latencies.sort()
+    return {"rps": n / wall, "p50": latencies[n // 2], "p99": latencies[min(n - 1, int(0.99 * n))]}
+
+
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def service(request):
+    """(url, in-process backend of the same kind and size)."""
+    from sandbox.server import running_server
+
+    kind = request.param
+    if reason := (bwrap_available() if kind == "bwrap" else docker_available()):
+        pytest.skip(reason)
+    config = BwrapConfig if kind == "bwrap" else DockerConfig
+    backend = (BwrapBackend if kind == "bwrap" else DockerBackend)(config(workers=SERVICE_WORKERS))
+    with running_server(kind, SERVICE_WORKERS) as (url, _):
+        yield url, backend
+    backend.close()
+
+
+@pytest.mark.parametrize("in_flight", [1, 8, 64])
+def test_bench_service_vs_in_process(benchmark, service, in_flight):
+    """/run_code requests from `in_flight` client threads against the same programs run through
+    the same backend in-process (run_code()) from as many threads, paired round by round.
+    Ratios: service requests/s over in-process calls/s, and service latency over in-process."""
+    url, backend = service
+    n = max(16, 2 * in_flight)
+    pairs = []
+
+    def setup():
+        pairs.append([_load_round(lambda: _in_process(backend), in_flight, n)])
+
+    def target():
+        pairs[-1].append(_load_round(lambda: _post_run_code(url), in_flight, n))
+
+    benchmark.pedantic(target, setup=setup, rounds=3, iterations=1, warmup_rounds=0)
+    for key in ("rps", "p50", "p99"):
+        benchmark.extra_info[f"service_{key}"] = statistics.median(s[key] for _, s in pairs)
+        benchmark.extra_info[f"in_process_{key}"] = statistics.median(p[key] for p, _ in pairs)
+        benchmark.extra_info[f"ratio_{key}"] = statistics.median(s[key] / p[key] for p, s in pairs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import get_backend, judge
@@ -17,14 +18,16 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--solution", required=True, help="source file")
     j.add_argument("--language", required=True, choices=["python", "cpp"])
     j.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap", "remote"])
-    j.add_argument("--url", help="server URL for --backend remote")
+    j.add_argument("--url", action="append", help="server URL for --backend remote (repeat for several)")
     j.add_argument("--protocol", default="xrpo", choices=["xrpo", "sandboxfusion"], help="remote server kind")
     j.add_argument("--all-tests", action="store_true", help="run every test instead of stopping at the first failure")
     s = sub.add_parser("serve", help="serve /judge and SandboxFusion-compatible /run_code")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8080)
     s.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap"])
-    s.add_argument("--max-concurrency", type=int, default=8, help="requests judged at once")
+    s.add_argument("--max-concurrency", type=int, default=os.cpu_count() or 1, help="requests run at once (workers)")
+    s.add_argument("--max-queue", type=int, default=4096, help="requests waiting for a worker before 503")
+    s.add_argument("--queue-timeout", type=float, default=60.0, help="seconds a request may wait before 503")
     b = sub.add_parser("build-image", help="build the Docker image from this host's packages (no registry)")
     b.add_argument("--force", action="store_true", help="rebuild even when the label hash matches")
     return p
@@ -50,16 +53,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result.to_dict()))
         return 0
     if args.cmd == "serve":
-        from .server import make_server
+        from .server import listen, serve
 
-        server = make_server(get_backend(args.backend), args.host, args.port, args.max_concurrency)
-        print(f"serving on http://{args.host}:{server.server_address[1]}", flush=True)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
+        if args.max_concurrency < 1 or args.max_queue < 0 or args.queue_timeout <= 0:
+            print("error: --max-concurrency >= 1, --max-queue >= 0, --queue-timeout > 0", file=sys.stderr)
+            return 2
+        backend = get_backend(args.backend, workers=args.max_concurrency)
+        if hasattr(backend, "ensure_pch"):  # never inside a request
+            backend.ensure_pch()
+        sock = listen(args.host, args.port)
+        host, port = sock.getsockname()[:2]
+        print(f"serving {backend.name} on http://{host}:{port}", flush=True)
+        serve(backend, sock, args.max_concurrency, args.max_queue, args.queue_timeout)
         return 0
     import docker
 

@@ -1,5 +1,5 @@
 """Build the sandbox image without a registry: import this Debian host's files for the packages
-the Dockerfile installs, plus a precompiled header and the runner (sandbox.md, section 2.1).
+the Dockerfile installs, plus a precompiled header and the runner (docs/sandbox.md).
 
 The image carries the label IMAGE_LABEL = hash(Dockerfile, runner.py, this file); it is rebuilt only when
 missing or when that hash changed.

@@ -261,32 +261,163 @@ def _undumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def _reset(dirs=(WORK, "/tmp")) -> None:
-    """Kill every other process this uid owns (not pid 1, not us) and empty the writable dirs.
+def _reset() -> None:
+    """Erase what earlier submissions under this uid left in a warm sandbox (Docker's pooled
+    container; bwrap starts every batch in fresh namespaces): their processes, their files and
+    directories on every writable file system, the marks left on directories they cannot delete
+    (mode, times, extended attributes) and their SysV IPC objects. POSIX message queues and shared
+    memory are files in /dev/mqueue and /dev/shm. What cannot be erased raises: the host then
+    discards the container.
+    """
+    _kill_others()
+    uid = os.getuid()
+    for mount in _writable_mounts():
+        _empty(mount, uid)
+    _remove_sysv_ipc(uid)
+    left = [m for m in _writable_mounts() for _ in _owned_entries(m, uid)][:5]
+    left += [f"SysV {kind} {ident}" for kind, ident in _sysv_ipc(uid)][:5]
+    if left:
+        raise RuntimeError(f"reset left state behind: {left}")
+
+
+def _kill_others() -> None:
+    """SIGKILL every other process this uid owns (not pid 1, not us) and wait until they are gone.
 
     Under bwrap the runner is pid 1 of its namespace: orphans are reparented to it, so it reaps them.
     """
     me, uid = os.getpid(), os.getuid()
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:  # killed processes die asynchronously; wait for them
+    while True:  # killed processes die asynchronously; wait for them
         try:
             os.kill(-1, SIGKILL)  # never reaches pid 1 (Docker's init, or us under bwrap)
         except ProcessLookupError:
             pass
         _reap_orphans()
-        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and _owner(p) == uid]:
-            break
+        left = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me) and _owner(p) == uid]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {left[:5]} survived SIGKILL")
         time.sleep(0.005)
-    for d in dirs:
-        for root, subdirs, files in os.walk(d, topdown=False):  # never follows links
-            for name in files:
-                os.unlink(os.path.join(root, name))
-            for name in subdirs:
-                path = os.path.join(root, name)
-                if os.path.islink(path):
-                    os.unlink(path)
-                else:
+
+
+_VIRTUAL_FS = ("proc", "sysfs", "cgroup", "cgroup2", "devpts", "securityfs", "debugfs", "tracefs", "bpf")
+
+
+def _writable_mounts() -> list[str]:
+    """Mount points of the read-write file systems this process sees (not /proc, /sys, devpts)."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields, _, fs = line.partition(" - ")
+            parts = fields.split()
+            point = parts[4].replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+            if (
+                "rw" in parts[5].split(",")
+                and fs.split()[0] not in _VIRTUAL_FS
+                and not point.startswith(("/proc", "/sys"))
+            ):
+                points.append(point)
+    return points
+
+
+def _owned_entries(mount: str, uid: int):
+    """Paths on the file system mounted at `mount` that uid created or marked (never crossing
+    into another mount; the mount point itself when uid owns it)."""
+    dev = os.lstat(mount).st_dev
+    stack = [mount]
+    while stack:
+        d = stack.pop()
+        try:
+            st = os.lstat(d)
+            if st.st_uid == uid and (d != mount or _marked(d)):
+                yield d
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        for e in entries:
+            st = e.stat(follow_symlinks=False)
+            if st.st_dev != dev:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            elif st.st_uid == uid:
+                yield e.path
+
+
+def _marked(root: str) -> bool:
+    """Whether a mount root this uid owns carries anything a submission could have set."""
+    try:
+        return bool(os.listxattr(root, follow_symlinks=False))
+    except OSError:
+        return False
+
+
+def _empty(mount: str, uid: int) -> None:
+    """Delete everything uid owns on one file system; reset the mount point it owns."""
+    dev = os.lstat(mount).st_dev
+    for root, subdirs, _files in os.walk(mount, topdown=True):
+        for name in subdirs:  # a submission may have made its directories unreadable
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if st.st_uid == uid and not os.path.islink(path) and st.st_dev == dev:
+                os.chmod(path, 0o700)
+        subdirs[:] = [n for n in subdirs if os.lstat(os.path.join(root, n)).st_dev == dev]
+    for root, subdirs, files in os.walk(mount, topdown=False):  # never follows links
+        for name in files + subdirs:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if st.st_dev != dev or st.st_uid != uid:
+                continue
+            try:
+                if _is_dir(st):
                     os.rmdir(path)
+                else:
+                    os.unlink(path)
+            except OSError:  # in a directory of another user's; the final check reports it
+                pass
+    st = os.lstat(mount)
+    if st.st_uid == uid:  # Docker's /work: a tmpfs owned by the submission uid
+        for attr in os.listxattr(mount, follow_symlinks=False):
+            os.removexattr(mount, attr, follow_symlinks=False)
+        os.chmod(mount, 0o700)
+        os.utime(mount)
+
+
+def _is_dir(st) -> bool:
+    return (st.st_mode & 0o170000) == 0o040000
+
+
+_SYSV = (("shm", 7), ("sem", 4), ("msg", 7))  # /proc/sysvipc file and the column of the owner's uid
+
+
+def _sysv_ipc(uid: int) -> list[tuple[str, int]]:
+    """(kind, id) of the SysV IPC objects uid owns in this IPC namespace."""
+    found = []
+    for kind, col in _SYSV:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = [line.split() for line in f.readlines()[1:]]
+        except OSError:
+            continue
+        found += [(kind, int(r[1])) for r in rows if len(r) > col and int(r[col]) == uid]
+    return found
+
+
+def _remove_sysv_ipc(uid: int) -> None:
+    objs = _sysv_ipc(uid)
+    if not objs:
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ipc_rmid = 0
+    for kind, ident in objs:
+        if kind == "sem":
+            libc.semctl(ident, 0, ipc_rmid)
+        else:
+            getattr(libc, f"{kind}ctl")(ident, ipc_rmid, None)
 
 
 def _reap_orphans() -> None:
@@ -304,22 +435,91 @@ def _owner(pid: str) -> int:
         return -1
 
 
-def create_nofollow(path: str, mode: int) -> int:
-    """A new file at path, opened for writing, never through a symlink the programs may have
-    planted there (one in its place is removed first)."""
+def create_nofollow(root: str, name: str, mode: int) -> int:
+    """A new file at root/name (name may hold subdirectories, created as needed), opened for
+    writing, never through a symlink the programs may have planted there (a file in its place is
+    removed first; a symlinked directory on the way fails with OSError)."""
+    parts = name.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        return os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _read_nofollow(root: str, name: str, cap: int) -> bytes | None:
+    """Up to cap bytes of the regular file root/name, or None (missing, a link, not a file)."""
+    fd = -1
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        for part in name.split("/"):
+            sub = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:
+            return None
+        return os.read(fd, cap)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+FETCH_CAP = 4 << 20  # bytes returned of one fetched file
+
+
+def encode_files(files: dict) -> str:
+    """{name: bytes} as one JSON-safe string (the runner's report has no nested values)."""
+    b64 = binascii.b2a_base64
+    return ";".join(
+        b64(k.encode(), newline=False).decode() + ":" + b64(v, newline=False).decode() for k, v in files.items()
+    )
+
+
+def decode_files(text: str) -> dict:
+    out = {}
+    for item in filter(None, text.split(";")):
+        k, _, v = item.partition(":")
+        out[binascii.a2b_base64(k).decode()] = binascii.a2b_base64(v)
+    return out
 
 
 def _write_files(files: dict, job: str) -> None:
     for name, src in files.items():
-        fd = create_nofollow(os.path.join(WORK, name), 0o755)
+        fd = create_nofollow(WORK, name, 0o755)
         with open(os.path.join(job, src), "rb") as f, os.fdopen(fd, "wb") as g:
             while chunk := f.read(1 << 20):
                 g.write(chunk)
+
+
+def _seed(src: str) -> None:
+    """Copy the tree at src (the host's work dir under bwrap) into the empty /work."""
+    for root, subdirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        target = WORK if rel == "." else os.path.join(WORK, rel)
+        for name in subdirs:
+            os.mkdir(os.path.join(target, name), 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                continue
+            fd = create_nofollow(target, name, os.stat(path).st_mode & 0o755)
+            with open(path, "rb") as f, os.fdopen(fd, "wb") as g:
+                while chunk := f.read(1 << 20):
+                    g.write(chunk)
 
 
 def encode_batch(batch: dict) -> bytes:
@@ -355,6 +555,8 @@ def main(batch_path: str) -> int:
         batch = marshal.load(f)  # written by the host (encode_batch), read-only to the programs
     if batch.get("reset"):
         _reset()
+    if batch.get("seed"):
+        _seed(batch["seed"])
     env = batch.get("env") or _DEFAULT_ENV
     for i, step in enumerate(batch["steps"]):
         _say({"begin": i})
@@ -390,7 +592,11 @@ def main(batch_path: str) -> int:
                 "memory_mb": 0.0,
                 "message": str(e),
             }
-        _reset(dirs=("/tmp",))
+        if step.get("fetch"):
+            found = {n: d for n in step["fetch"] if (d := _read_nofollow(WORK, n, FETCH_CAP)) is not None}
+            r["files"] = encode_files(found)
+        _kill_others()  # what the test left running or in /tmp is gone before the next test
+        _empty("/tmp", os.getuid())
         if r["status"] != "ok":
             r["stdout"] = r["stdout"][:4096]  # only a run that exited 0 gets compared
         r["stdout"] = binascii.b2a_base64(r["stdout"], newline=False).decode()

@@ -6,6 +6,8 @@ import base64
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .runner import decode_files
+
 
 class Verdict(str, Enum):
     """Outcome of one test or of a whole submission (DMOJ's set, plus SE for our own failures)."""
@@ -74,6 +76,8 @@ class RunResult:
     it allocated or newly cached), under Docker ru_maxrss (at least the runner's own few MiB)."""
     message: str = ""
     """Why a sandbox error happened; empty otherwise."""
+    files: dict[str, bytes] = field(default_factory=dict)
+    """The files of /work asked for with RunSpec.fetch, as they were after the run."""
 
     def to_wire(self) -> dict:
         """A JSON-safe dict (stdout/stderr base64-encoded), for the runner and the remote backend."""
@@ -81,6 +85,7 @@ class RunResult:
         d["status"] = self.status.value
         d["stdout"] = base64.b64encode(self.stdout).decode()
         d["stderr"] = base64.b64encode(self.stderr).decode()
+        d["files"] = {k: base64.b64encode(v).decode() for k, v in self.files.items()}
         return d
 
     @classmethod
@@ -89,6 +94,10 @@ class RunResult:
         d["status"] = RunStatus(d["status"])
         d["stdout"] = base64.b64decode(d["stdout"])
         d["stderr"] = base64.b64decode(d["stderr"])
+        files = d.get("files") or {}
+        d["files"] = (
+            decode_files(files) if isinstance(files, str) else {k: base64.b64decode(v) for k, v in files.items()}
+        )
         return cls(**d)
 
 

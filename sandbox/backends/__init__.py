@@ -15,7 +15,9 @@ def get_backend(name: str = "auto", **opts) -> Backend:
     """A backend by name. Without options, one shared instance per name keeps its workers warm.
 
     "auto" is Docker when a daemon answers and the image exists, else bubblewrap.
-    "remote" needs url=...; "docker" accepts DockerConfig fields, "bwrap" BwrapConfig fields.
+    "remote" needs url=... (one URL or a list) and gives a `RemoteJudge` (sandbox/remote.py), a
+    judge-level transport that `judge()` accepts in place of a Backend; "docker" accepts
+    DockerConfig fields, "bwrap" BwrapConfig fields.
     """
     if name not in _NAMES:
         raise ValueError(f"unknown backend {name!r}; choose one of {_NAMES}")
@@ -40,11 +42,11 @@ def _make(name: str, opts: dict) -> Backend:
         from .docker import DockerBackend, DockerConfig
 
         return DockerBackend(DockerConfig(**opts))
-    from .remote import RemoteBackend
+    from ..remote import RemoteJudge
 
     if "url" not in opts:
-        raise ValueError("the remote backend needs url=..., e.g. get_backend('remote', url='http://127.0.0.1:8080')")
-    return RemoteBackend(**opts)
+        raise ValueError("the remote judge needs url=..., e.g. get_backend('remote', url='http://127.0.0.1:8080')")
+    return RemoteJudge(**opts)
 
 
 __all__ = ["Backend", "RunSpec", "Session", "get_backend"]

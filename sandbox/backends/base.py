@@ -29,18 +29,28 @@ class RunSpec:
     stdin: bytes = b""
     """Bytes fed to stdin."""
     files: dict[str, bytes] = field(default_factory=dict)
-    """Files written into /work before the run (plain names, no '/')."""
+    """Files written into /work before the run (relative paths: no leading '/', no '.' or '..')."""
     writable: bool = False
-    """Whether /work is writable (compilation); test runs see it read-only where the backend allows."""
+    """Whether what the run writes to /work must persist for the session's later runs (a compiler's
+    output). Every run may write /work; other runs' writes may be discarded after their batch."""
     required: bool = False
     """run_many stops after this run when it fails, whatever stop_on_failure says (a compilation)."""
+    fetch: tuple[str, ...] = ()
+    """Files of /work returned after the run (RunResult.files); missing ones are left out."""
 
     def __post_init__(self) -> None:
         if not self.argv or not all(isinstance(a, str) for a in self.argv):
             raise ValueError(f"argv must be a non-empty list of strings, got {self.argv!r}")
-        for name in self.files:
-            if not name or "/" in name or name in (".", ".."):
-                raise ValueError(f"file name {name!r} must be a plain name inside /work")
+        for name in [*self.files, *self.fetch]:
+            if not is_relative_path(name):
+                raise ValueError(f"file name {name!r} must be a relative path inside /work (no '.', '..', '//')")
+
+
+def is_relative_path(name: object) -> bool:
+    """A path below /work: relative, no empty, '.' or '..' component, no NUL."""
+    if not isinstance(name, str) or not name or "\0" in name or len(name) > 255:
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
 class Session(ABC):
@@ -86,8 +96,9 @@ class Backend(ABC):
 
 
 def write_file_nofollow(directory: str, name: str, data: bytes, mode: int = 0o644) -> None:
-    """Create directory/name without following a symlink the sandboxed code may have planted there."""
-    with os.fdopen(create_nofollow(os.path.join(directory, name), mode), "wb") as f:
+    """Create directory/name (name may hold subdirectories) without following a symlink the
+    sandboxed code may have planted there."""
+    with os.fdopen(create_nofollow(directory, name, mode), "wb") as f:
         f.write(data)
 
 

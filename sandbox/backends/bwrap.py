@@ -1,12 +1,15 @@
-"""bubblewrap backend: a private uid per worker slot; one bwrap per single run, one per batch.
+"""bubblewrap backend: a private uid per worker slot; one bwrap per compilation, one per batch.
 
-A single run (a compilation, a one-test problem): Popen(user=uid, preexec_fn: join the slot
-cgroup, set the rlimits) -> bwrap (all namespaces unshared, read-only root, fresh tmpfs /tmp)
--> command, with the command as pid 1 so wait4() sees its CPU time. No shell or prlimit between.
-A batch (a submission's tests, a checker's runs): the same bwrap runs the batch runner
-(runner.py, read-only at /xrpo), which runs them back to back inside one sandbox. bwrap's
-namespace setup and teardown cost about 10 ms, as much as a small test, so a batch pays it once.
-RLIMIT_NPROC counts per uid host-wide, so every slot's uid is leased host-wide (uids.py).
+A compilation: Popen(user=uid, preexec_fn: join the slot cgroup, set the rlimits) -> bwrap (all
+namespaces unshared, read-only root, fresh tmpfs /tmp, the session's work dir bound writable at
+/work) -> compiler, as pid 1 so wait4() sees its CPU time. No shell or prlimit between.
+Everything else (a submission's tests, a checker's runs) runs in one bwrap through the batch
+runner (runner.py, read-only at /xrpo), which is pid 1: the programs are its children, so signals
+reach them as they do under Docker. /work is then a size-capped tmpfs that the runner fills from
+the session's work dir (read-only at /src): programs may write there, and nothing they write
+reaches the host's disk or outlives the batch. A batch pays bwrap's namespace setup once.
+RLIMIT_NPROC counts per uid host-wide, so every slot's uid is leased host-wide (uids.py); host
+isolation (slot cgroups, reaping) is in isolation.py.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import contextlib
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -27,12 +29,14 @@ from .. import runner
 from ..languages import PCH_DIR, PYTHON, pch_build_argv
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
 from .base import WORK, Backend, RunnerReport, RunSpec, Session, stops, write_file_nofollow
+from .isolation import MemoryCgroup, reap
 from .uids import UidLease, default_lock_dir
 
 _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
 _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
 _RUNNER = "/xrpo/runner.py"  # the batch runner, read-only, inside the sandbox
 _JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sandbox
+_SRC_DIR = "/src"  # the session's work dir, read-only, copied into /work by the runner
 _BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
 _ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a sandboxed program sees
 
@@ -47,6 +51,8 @@ class BwrapConfig:
     """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
     tmp_mb: int = 64
     """Size of the private tmpfs /tmp of every run, in MiB."""
+    work_mb: int = 512
+    """Size of the tmpfs /work of a batch (as Docker's /work), in MiB."""
     work_root: str | None = None
     """Where session work dirs are created on the host (None: the system temp dir)."""
     cache_dir: str = "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox")
@@ -82,10 +88,10 @@ class BwrapBackend(Backend):
         self.config = cfg = config or BwrapConfig()
         self._lease = UidLease(cfg.workers, cfg.uid_base, cfg.uid_span, cfg.lock_dir or default_lock_dir(cfg.cache_dir))
         self._slots: queue.Queue[int] = queue.Queue()
-        self._cgroups: dict[int, _MemoryCgroup] = {}
+        self._cgroups: dict[int, MemoryCgroup] = {}
         for uid in self._lease.uids:
             reap(uid)  # leftovers of a dead previous holder would count against RLIMIT_NPROC
-            self._cgroups[uid] = _MemoryCgroup(uid)
+            self._cgroups[uid] = MemoryCgroup(uid)
             self._slots.put(uid)
         self._closed = False
         self._pch_lock = threading.Lock()
@@ -131,7 +137,7 @@ class BwrapBackend(Backend):
         atexit.unregister(self.close)
 
     def ensure_pch(self) -> None:
-        """Build bits/stdc++.h.gch once (about 7 s); compiles use it through -I/pch."""
+        """Build bits/stdc++.h.gch once (seconds of CPU); compiles use it through -I/pch."""
         gch = os.path.join(self.pch_dir, "bits", "stdc++.h.gch")
         with self._pch_lock:
             if os.path.exists(gch):
@@ -149,150 +155,26 @@ class BwrapBackend(Backend):
             os.replace(tmp, self.pch_dir)
 
 
-class _MemoryCgroup:
-    """A cgroup-v1 memory group per slot, for the peak memory of a run.
-
-    wait4()'s ru_maxrss is no use here: a forked child inherits the parent's high-water mark,
-    so every run would report at least the judging process's own size.
-    """
-
-    def __init__(self, uid: int) -> None:
-        own = _own_memory_cgroup()
-        self.path = None if own is None else os.path.join(own, "xrpo-sandbox", f"slot-{uid}")
-        self._tasks_fd = -1
-        if self.path is not None:
-            try:
-                _makedirs_racing_rmdir(self.path)
-                # Opened once by root; the child writes "0" (itself) to it before exec. `tasks` moves
-                # one thread and so skips the global threadgroup lock that a cgroup.procs write
-                # takes (an RCU grace period, 10-20 ms per run here); the child has only one thread.
-                self._tasks_fd = os.open(os.path.join(self.path, "tasks"), os.O_WRONLY | os.O_CLOEXEC)
-            except OSError:
-                self.path = None
-
-    def reset_peak(self) -> bool:
-        """Zero the high-water mark before a run; False when the group is unusable."""
-        if self.path is None:
-            return False
-        try:
-            _write_text(os.path.join(self.path, "memory.max_usage_in_bytes"), "0")
-        except OSError:
-            return False
-        return True
-
-    def join_in_child(self) -> None:
-        """Move the calling process into the group: run in the child before bwrap forks anything
-        (a move from outside would race with its first clone). Only a syscall: it runs after fork."""
-        os.write(self._tasks_fd, b"0")
-
-    def peak_mb(self) -> float | None:
-        """The high-water mark since the last reset_peak."""
-        return self._read_mb("memory.max_usage_in_bytes")
-
-    def usage_mb(self) -> float | None:
-        return self._read_mb("memory.usage_in_bytes")
-
-    def _read_mb(self, name: str) -> float | None:
-        if self.path is None:
-            return None
-        try:
-            with open(os.path.join(self.path, name)) as f:
-                return int(f.read()) / 2**20
-        except OSError:
-            return None
-
-    def remove(self) -> None:
-        """Delete the slot's group (its processes are reaped), and the shared parent once empty."""
-        if self._tasks_fd >= 0:
-            os.close(self._tasks_fd)
-            self._tasks_fd = -1
-        if self.path is None:
-            return
-        for _ in range(100):  # a reaped process may linger in the group for a moment
-            try:
-                os.rmdir(self.path)
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.01)
-        with contextlib.suppress(OSError):  # other processes' slots may still live there
-            os.rmdir(os.path.dirname(self.path))
-        self.path = None
-
-
-def _makedirs_racing_rmdir(path: str) -> None:
-    """makedirs, retried when another process removes the shared parent group in between."""
-    for attempt in range(5):
-        try:
-            os.makedirs(path, exist_ok=True)
-            return
-        except FileNotFoundError:
-            if attempt == 4:
-                raise
-
-
-def reap(uid: int, timeout_s: float = 5.0) -> None:
-    """SIGKILL every process of a slot and wait until they are gone: a killed namespace dies
-    asynchronously, and survivors would count against the next run's RLIMIT_NPROC."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pids = _pids_of_uid(uid)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise SandboxError(f"processes {pids[:5]} of sandbox uid {uid} survived SIGKILL for {timeout_s} s")
-        time.sleep(0.005)
-
-
-def _pids_of_uid(uid: int) -> list[int]:
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    pids.append(int(name))
-    return pids
-
-
-def _own_memory_cgroup() -> str | None:
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if "memory" in controllers.split(","):
-                    base = "/sys/fs/cgroup/memory" + path
-                    return base if os.access(base, os.W_OK) else None
-    except OSError:
-        pass
-    return None
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-
-
 class BwrapSession(Session):
-    def __init__(self, backend: BwrapBackend, uid: int, work: str, cgroup: _MemoryCgroup) -> None:
+    def __init__(self, backend: BwrapBackend, uid: int, work: str, cgroup: MemoryCgroup) -> None:
         self.backend, self.uid, self.work, self.cgroup = backend, uid, work, cgroup
 
-    def _argv(self, command: list[str], status_fd: int, writable: bool, job: str | None = None) -> list[str]:
+    def _argv(self, command: list[str], status_fd: int, job: str | None = None) -> list[str]:
         """bwrap around command, which is pid 1 of its namespace (bwrap's own init would outlive
-        bwrap's exit, a zombie for the host's pid 1 to reap); with a job dir, the batch runner."""
+        bwrap's exit, a zombie for the host's pid 1 to reap). Without a job dir: a compilation,
+        the work dir bound writable; with one: the batch runner over a tmpfs /work."""
         cfg = self.backend.config
         argv = ["bwrap", "--size", str(cfg.tmp_mb << 20), "--tmpfs", "/tmp"]
         for d in _ROOT_BINDS:
             if os.path.exists(d):
                 argv += ["--ro-bind", d, d]
-        argv += ["--bind" if writable else "--ro-bind", self.work, WORK]
+        if job is None:
+            argv += ["--bind", self.work, WORK]
+        else:
+            argv += ["--size", str(cfg.work_mb << 20), "--tmpfs", WORK, "--ro-bind", self.work, _SRC_DIR]
+            argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
         if os.path.isdir(self.backend.pch_dir):
             argv += ["--ro-bind", self.backend.pch_dir, PCH_DIR]
-        if job is not None:
-            argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
         argv += [
             "--proc",
             "/proc",
@@ -338,11 +220,13 @@ class BwrapSession(Session):
             write_file_nofollow(self.work, name, data, 0o755)
 
     def run(self, spec: RunSpec) -> RunResult:
+        if not spec.writable:
+            return self._run_batch([spec], stop_on_failure=True)[0]
         self._write_files(spec)
         r_fd, w_fd = os.pipe()
         try:
             raw = runner.run_capped(
-                self._argv(spec.argv, w_fd, spec.writable),
+                self._argv(spec.argv, w_fd),
                 spec.stdin,
                 spec.limits.wall_s,
                 spec.limits.max_output_bytes,
@@ -369,7 +253,7 @@ class BwrapSession(Session):
     def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
         results: list[RunResult] = []
         for group in _batchable_groups(specs):
-            done = [self.run(group[0])] if len(group) == 1 else self._run_batch(group, stop_on_failure)
+            done = [self.run(group[0])] if group[0].writable else self._run_batch(group, stop_on_failure)
             results += done
             if len(done) < len(group) or stops(group[-1], done[-1], stop_on_failure):
                 break
@@ -388,30 +272,32 @@ class BwrapSession(Session):
                     write_file_nofollow(job, f"in{i}", spec.stdin)
                 lim = spec.limits.to_dict()
                 lim["max_processes"] += _BATCH_PROCS
+                stdin = f"in{i}" if spec.stdin else None
                 steps.append(
                     {
                         "argv": spec.argv,
                         "limits": lim,
-                        "stdin": f"in{i}" if spec.stdin else None,
+                        "stdin": stdin,
                         "required": spec.required,
+                        "fetch": list(spec.fetch),
                     }
                 )
-            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV}
+            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV, "seed": _SRC_DIR}
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
         finally:
             shutil.rmtree(job, ignore_errors=True)
 
     def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
-        """Run the runner on job/batch. Before each step the host resets the slot's peak
-        memory, so each test's peak is its own (above what the runner already held)."""
+        """Run the runner on job/batch, following its report; a watchdog kills it past the
+        batch's wall clock (the runner enforces each test's own)."""
         command = [PYTHON, "-I", "-S", _RUNNER, f"{_JOB_DIR}/batch"]
-        report, killed, base = RunnerReport(), threading.Event(), None
+        killed = threading.Event()
         r_fd, w_fd = os.pipe()
         with tempfile.TemporaryFile() as err:
             try:
                 p = subprocess.Popen(
-                    self._argv(command, w_fd, False, job),
+                    self._argv(command, w_fd, job),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
@@ -427,42 +313,14 @@ class BwrapSession(Session):
                 return [RunResult(RunStatus.ERROR, message=f"bwrap could not start: {e}")]
             finally:
                 os.close(w_fd)
-
-            def watchdog() -> None:  # the runner enforces each wall clock; this catches the runner itself
-                killed.set()
-                runner.kill_group(p.pid)
-
-            timer = threading.Timer(outer.wall_s, watchdog)
+            timer = threading.Timer(outer.wall_s, lambda: (killed.set(), runner.kill_group(p.pid)))
             timer.start()
-            ended = False  # the runner closed its output: bwrap exits by itself
+            report, ended = RunnerReport(), False
             try:
-                for line in p.stdout:
-                    try:
-                        begun = report.feed(line)
-                    except (ValueError, KeyError, TypeError):  # a line cut short when the runner was killed
-                        break
-                    if begun:
-                        self.cgroup.reset_peak()
-                        base = self.cgroup.usage_mb()
-                        try:
-                            p.stdin.write(b"\n")
-                            p.stdin.flush()
-                        except BrokenPipeError:
-                            break
-                    elif base is not None and (peak := self.cgroup.peak_mb()) is not None:
-                        report.results[-1].memory_mb = max(0.0, peak - base)
-                else:
-                    ended = True
+                ended = self._follow(p, report)
             finally:
                 timer.cancel()
-                try:  # the runner exited: let bwrap reap it (killed first, bwrap would leave it a zombie)
-                    p.wait(timeout=5 if ended else 0)
-                except subprocess.TimeoutExpired:
-                    runner.kill_group(p.pid)
-                    p.wait()
-                for f in (p.stdin, p.stdout):
-                    with contextlib.suppress(BrokenPipeError):
-                        f.close()
+                _stop(p, ended)
                 status = _read_available(r_fd)
                 os.close(r_fd)
             reap(self.uid)
@@ -470,18 +328,49 @@ class BwrapSession(Session):
             runner_err = err.read()[-8192:]
         if not report.results and report.begun < 0 and not killed.is_set():
             who = "the runner" if b'"exit-code"' in status else "bwrap"
-            return [
-                RunResult(
-                    RunStatus.ERROR,
-                    message=f"{who} failed before the first test: {runner_err.decode(errors='replace').strip()[-300:]}",
-                )
-            ]
+            detail = runner_err.decode(errors="replace").strip()[-300:]
+            return [RunResult(RunStatus.ERROR, message=f"{who} failed before the first test: {detail}")]
         return report.finish(killed.is_set(), runner_err)
+
+    def _follow(self, p: subprocess.Popen, report: RunnerReport) -> bool:
+        """Read the runner's report. Before each step the host resets the slot's peak memory (the
+        runner waits for a line on stdin), so each test's peak is its own, above what the runner
+        held. Returns whether the runner closed its output by itself."""
+        base = None
+        for line in p.stdout:
+            try:
+                begun = report.feed(line)
+            except (ValueError, KeyError, TypeError):  # a line cut short when the runner was killed
+                return False
+            if not begun:
+                if base is not None and (peak := self.cgroup.peak_mb()) is not None:
+                    report.results[-1].memory_mb = max(0.0, peak - base)
+                continue
+            self.cgroup.reset_peak()
+            base = self.cgroup.usage_mb()
+            try:
+                p.stdin.write(b"\n")
+                p.stdin.flush()
+            except BrokenPipeError:
+                return False
+        return True
+
+
+def _stop(p: subprocess.Popen, ended: bool) -> None:
+    """Let bwrap reap the runner and exit (a runner killed first would be a zombie of bwrap's)."""
+    try:
+        p.wait(timeout=5 if ended else 0)
+    except subprocess.TimeoutExpired:
+        runner.kill_group(p.pid)
+        p.wait()
+    for f in (p.stdin, p.stdout):
+        with contextlib.suppress(BrokenPipeError):
+            f.close()
 
 
 def _batchable_groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
-    """Consecutive runs that can share one sandbox: read-only /work, no file written twice
-    (the host writes a group's files before its first run)."""
+    """Consecutive runs that can share one sandbox: none whose /work must persist (a compilation),
+    no file written twice (the host writes a group's files before its first run)."""
     groups: list[list[RunSpec]] = []
     names: set[str] = set()
     for spec in specs:

@@ -1,7 +1,7 @@
 """Docker backend: a warm pool of locked-down containers; one `docker exec` of the in-image
 runner per batch, so a submission's tests run back to back inside one container.
 
-Container flags (sandbox.md, section 2.1): no network, memory+swap capped, pids limit, read-only
+Container flags (docs/sandbox.md): no network, memory+swap capped, pids limit, read-only
 root, an exec-able tmpfs /work, cap-drop ALL, no-new-privileges, non-root users, --init.
 The container's keep-alive runs as uid `idle_uid`; submissions run as a per-container uid, so
 they can neither kill it nor see another container's processes in the host's NPROC count.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import queue
 import shutil
@@ -29,6 +30,7 @@ from ..verdict import RunResult, RunStatus
 from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
 from .uids import UidLease, default_lock_dir
 
+log = logging.getLogger(__name__)
 LABEL = "xrpo.sandbox"
 _HOST = socket.gethostname()
 # Exits (and so removes the container) once /job/alive is 120 s stale: the host died.
@@ -182,12 +184,13 @@ class DockerBackend(Backend):
 
     @contextlib.contextmanager
     def session(self):
-        w = self._acquire()
+        s = DockerSession(self, self._acquire())
         ok = False
         try:
-            yield DockerSession(self, w)
-            ok = not w.broken
+            yield s
+            ok = not s.w.broken
         finally:  # an exception or interrupt mid-run leaves the container in an unknown state
+            w = s.w  # the session may have replaced a dead container
             if ok and not self._closed.is_set():
                 w.fresh = True
                 self._idle.put(w)
@@ -228,6 +231,19 @@ class DockerSession(Session):
         return self.run_many([spec], stop_on_failure=True)[0]
 
     def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+        """Self-healing: when the container fails under the session's first batch (killed, OOM,
+        a daemon hiccup), nothing of the session lived anywhere else, so the batch runs again
+        once on a fresh container; an SE comes back only when that one fails too."""
+        results = self._run_batch(specs, stop_on_failure)
+        if self._batches == 1 and self.w.broken and results and results[-1].status is RunStatus.ERROR:
+            log.warning("sandbox container failed (%s); retrying on a fresh one", results[-1].message[:200])
+            self.backend._discard(self.w)
+            self.w = self.backend._acquire()
+            self._batches = 0
+            results = self._run_batch(specs, stop_on_failure)
+        return results
+
+    def _run_batch(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
         if self.w.broken:
             return [RunResult(RunStatus.ERROR, message="container is gone")]
         batch_dir = os.path.join(self.w.job, f"b{self._batches}")
@@ -249,6 +265,7 @@ class DockerSession(Session):
                     "files": files,
                     "stdin": f"in{i}" if spec.stdin else None,
                     "required": spec.required,
+                    "fetch": list(spec.fetch),
                 }
             )
         batch = {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}

@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import signal
 from pathlib import Path
 
 from ..backends import Backend, RunSpec, get_backend
 from ..languages import COMPILE_LIMITS, PYTHON, Language, get_language
 from ..problem import Problem, as_problem
+from ..remote import RemoteJudge
 from ..verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
 from . import compare
+from .classify import RUNTIME_SLACK_MB, run_verdict
 
 log = logging.getLogger(__name__)
 
-RUNTIME_SLACK_MB = 64
-"""Added to the problem's memory limit for the address-space cap: the interpreter and libc map
-memory they never touch, and RLIMIT_AS counts it."""
 HARNESS = (Path(__file__).parent / "functional_harness.py").read_bytes()
 CHECKER_LIMITS = Limits(cpu_s=10, wall_s=20, memory_mb=1024, max_output_bytes=1 << 20)
 
@@ -31,34 +29,12 @@ def test_limits(problem: Problem) -> Limits:
     return Limits(cpu_s=tl, wall_s=2 * tl + 1, memory_mb=problem.memory_mb + RUNTIME_SLACK_MB)
 
 
-def run_verdict(r: RunResult, limits: Limits) -> Verdict | None:
-    """The verdict a finished run already decides, or None when it exited 0 and needs comparing."""
-    if r.status is RunStatus.ERROR:
-        return Verdict.SE
-    if r.status is RunStatus.OK:
-        return None
-    # RLIMIT_CPU kills with SIGKILL (SIGXCPU first for non-init processes); CPU accounting is
-    # tick-granular, so a kill at the limit may show slightly less.
-    cpu_kill = r.signal in (signal.SIGKILL, signal.SIGXCPU) and r.cpu_s >= 0.9 * limits.cpu_s
-    if r.status is RunStatus.TIMEOUT or r.cpu_s >= limits.cpu_s or cpu_kill:
-        return Verdict.TLE
-    if r.status is RunStatus.OUTPUT_LIMIT:
-        return Verdict.OLE
-    tail = r.stderr[-4096:]
-    # RLIMIT_AS makes Python raise MemoryError and C++ throw std::bad_alloc.
-    # A SIGKILL at the memory limit is an out-of-memory kill (Docker's or a memory cgroup's).
-    oom_kill = r.signal == signal.SIGKILL and r.memory_mb >= limits.memory_mb - RUNTIME_SLACK_MB
-    if b"MemoryError" in tail or b"std::bad_alloc" in tail or oom_kill:
-        return Verdict.MLE
-    return Verdict.RE
-
-
 def judge(
     problem: Problem | dict,
     code: str,
     language: str,
     *,
-    backend: str | Backend = "auto",
+    backend: str | Backend | RemoteJudge = "auto",
     stop_on_first_failure: bool = True,
     compile_limits: Limits = COMPILE_LIMITS,
 ) -> JudgeResult:
@@ -70,15 +46,9 @@ def judge(
     if prob.kind == "functional" and lang.name != "python":
         raise ValueError(f"problem {prob.id!r} is functional (LeetCode-style), which is Python only; got {language!r}")
     be = get_backend(backend) if isinstance(backend, str) else backend
-    if getattr(be, "name", "") == "remote" and be.protocol == "sandboxfusion" and prob.checker is not None:
-        raise ValueError(
-            f"problem {prob.id!r} has a checker, which SandboxFusion's run_code cannot run; use our server"
-        )
     try:
-        if getattr(be, "name", "") == "remote":
-            if be.protocol == "xrpo":
-                return be.judge_remote(prob.to_dict(), code, lang.name, stop_on_first_failure)
-            return _judge_sandboxfusion(prob, code, lang, be, stop_on_first_failure)
+        if isinstance(be, RemoteJudge):  # a judge-level transport: the server compiles, runs and compares
+            return be.judge(prob, code, lang, stop_on_first_failure)
         return _judge(prob, code, lang, be, stop_on_first_failure, compile_limits)
     except (SandboxError, OSError) as e:
         return JudgeResult(Verdict.SE, 0, len(prob.tests), message=str(e))
@@ -97,7 +67,7 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
         argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
     specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
     with be.session() as s:
-        ce, runs = _compile_and_run(s, lang, "sol", code.encode(), compile_limits, specs, stop)
+        ce, runs = _compile_and_run(s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop)
     if ce is not None:
         return JudgeResult(Verdict.CE, 0, n, message=ce)
     tests, pending = [], []
@@ -107,7 +77,7 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
             raise SandboxError(f"test {i}: {r.message}")
         msg = r.stderr[-300:].decode(errors="replace") if v is not None else ""
         if v is None and prob.checker is None:
-            msg = _compare(prob, i, r.stdout)
+            msg = compare_output(prob, i, r.stdout)
             v = Verdict.WA if msg else Verdict.AC
         tests.append(
             TestResult(i, v if v is not None else Verdict.AC, r.cpu_s, r.wall_s, r.memory_mb, r.exit_code, msg or "")
@@ -118,7 +88,7 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
             break
     if prob.checker is not None and pending:
         _check(prob, be, tests, {i: runs[i].stdout for i in pending}, stop)
-    return _summary(tests, n, stop)
+    return summary(tests, n, stop)
 
 
 def _compile_and_run(
@@ -146,7 +116,7 @@ def _compile_and_run(
     ) or f"compiler exited with {r.exit_code or r.signal}", []
 
 
-def _compare(prob: Problem, i: int, stdout: bytes) -> str | None:
+def compare_output(prob: Problem, i: int, stdout: bytes) -> str | None:
     produced = stdout.decode("utf-8", errors="replace")
     expected = prob.tests[i].output
     if prob.kind == "functional":
@@ -188,45 +158,9 @@ def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[in
                 return
 
 
-def _summary(tests: list[TestResult], n: int, stop: bool) -> JudgeResult:
+def summary(tests: list[TestResult], n: int, stop: bool) -> JudgeResult:
     passed = sum(t.verdict is Verdict.AC for t in tests)
     first_bad = next((t for t in tests if t.verdict is not Verdict.AC), None)
     if first_bad is None and len(tests) < n:
         raise SandboxError(f"the backend returned {len(tests)} of {n} results")
     return JudgeResult(first_bad.verdict if first_bad else Verdict.AC, passed, n, tests)
-
-
-def _judge_sandboxfusion(prob: Problem, code: str, lang: Language, be, stop: bool) -> JudgeResult:
-    """One SandboxFusion /run_code request per test; verdicts and comparison are ours."""
-    if prob.kind == "functional":  # the harness and the solution travel as one file
-        code = HARNESS.decode() + f"\nmain({prob.fn_name!r}, {code!r})\n"
-    tests = []
-    for i, t in enumerate(prob.tests):
-        req = {
-            "code": code,
-            "language": lang.name,
-            "stdin": t.input,
-            "run_timeout": prob.time_limit_s,
-            "compile_timeout": COMPILE_LIMITS.cpu_s,
-            "memory_limit_MB": prob.memory_mb + RUNTIME_SLACK_MB,
-        }
-        resp = be.post("/run_code", req)
-        comp, run = resp.get("compile_result") or {}, resp.get("run_result") or {}
-        if resp.get("status") == "SandboxError":
-            raise SandboxError(f"SandboxFusion: {resp.get('message', '')}")
-        if comp and comp.get("return_code") not in (0, None):
-            return JudgeResult(Verdict.CE, 0, len(prob.tests), message=str(comp.get("stderr", ""))[-2000:])
-        err, out = str(run.get("stderr") or ""), str(run.get("stdout") or "")
-        if run.get("status") == "TimeLimitExceeded":
-            v, msg = Verdict.TLE, ""
-        elif run.get("return_code") != 0:
-            v, msg = (Verdict.MLE if "MemoryError" in err or "bad_alloc" in err else Verdict.RE), err[-300:]
-        else:
-            msg = _compare(prob, i, out.encode())
-            v = Verdict.WA if msg else Verdict.AC
-        tests.append(
-            TestResult(i, v, 0.0, float(run.get("execution_time") or 0.0), 0.0, run.get("return_code"), msg or "")
-        )
-        if stop and v is not Verdict.AC:
-            break
-    return _summary(tests, len(prob.tests), stop)

@@ -4,6 +4,7 @@ Judging tests skip, with the reason, only when no sandbox backend can run here.
 """
 
 import json
+import time
 
 import pytest
 
@@ -162,20 +163,59 @@ def test_remote_backend_needs_a_url_and_only_then():
         CodeRewardConfig(backend="bwrap", url="http://127.0.0.1:1")
 
 
+# Responses a policy can produce that are not ordinary code: each still gets a score.
+ODD_RESPONSES = [
+    "",
+    "```python\n\ud800\n```",  # a lone surrogate (not encodable as UTF-8)
+    "```python\nprint('\x00')\x00\n```",
+    "```python\n" + "x = 1\n" * 20000 + "```",
+    "```python\n```",
+    "```c++\nint main(){}\n```",
+    "```python\nimport os; os.kill(os.getppid(), 9)\n```",
+    "```\n\n```",
+    "``````",
+]
+
+
+@needs_bwrap
+def test_any_response_gets_a_score_locally_and_remotely():
+    from sandbox.server import running_server
+
+    with running_server("bwrap", 2) as (url, _):
+        for config in (BWRAP, CodeRewardConfig(backend="remote", url=url)):
+            for response in [*ODD_RESPONSES, None, 3]:
+                result = compute_score("code/x", response, "add", {"problem": ADD}, config)
+                assert result["score"] == 0.0 and result["verdict"] in ("no_code", "bad_language", "CE", "RE", "WA")
+
+
 @needs_bwrap
 def test_remote_service_judges_like_the_local_backend():
     """A cluster's reward workers reach a shared `python -m sandbox serve` through backend=remote."""
-    import threading
+    from sandbox.server import running_server
 
-    from sandbox import get_backend
-    from sandbox.server import make_server
-
-    server = make_server(get_backend("bwrap"), "127.0.0.1", 0, max_concurrency=2)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        remote = CodeRewardConfig(backend="remote", url=f"http://127.0.0.1:{server.server_address[1]}")
+    with running_server("bwrap", 2) as (url, _):
+        remote = CodeRewardConfig(backend="remote", url=url)
         assert compute_score("code/x", GOOD, "add", {"problem": ADD}, remote)["verdict"] == "AC"
         assert compute_score("code/x", HALF, "add", {"problem": ADD}, remote)["verdict"] == "WA"
-    finally:
-        server.shutdown()
-        server.server_close()
+
+
+@needs_bwrap
+def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
+    """Requests spread over two servers; one is SIGKILLed while requests are in flight. Requests it
+    refused go to the other; one it dropped mid-run is an SE, retried by the scorer; none scores 0
+    for the service's failure."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandbox.server import running_server
+
+    with running_server("bwrap", 2) as (a, _), running_server("bwrap", 2) as (b, doomed):
+        config = CodeRewardConfig(backend="remote", url=[a, b], se_retries=3, retry_backoff_s=0.2)
+        cases = [(GOOD, "AC"), (HALF, "WA")] * 20
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(compute_score, "code/x", r, "add", {"problem": ADD}, config) for r, _ in cases]
+            while sum(f.done() for f in futures) < 8:
+                time.sleep(0.05)
+            doomed.kill()
+            verdicts = [f.result()["verdict"] for f in futures]
+        assert doomed.wait() != 0
+    assert verdicts == [v for _, v in cases]

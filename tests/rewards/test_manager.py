@@ -224,3 +224,16 @@ def test_custom_reward_function_file_replaces_routing(tokenizer, tmp_path):
 def test_bad_reward_kwargs_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         parse_reward_kwargs(kwargs)
+
+
+def test_code_scorer_takes_a_list_of_sandbox_urls():
+    """reward_kwargs from YAML carry lists; the code scorer spreads over them with fail-over."""
+    settings = parse_reward_kwargs(
+        {"code": {"backend": "remote", "url": ["http://127.0.0.1:8080", "http://127.0.0.1:8081"]}}
+    )
+    code = settings.routing.code
+    assert code.url == ("http://127.0.0.1:8080", "http://127.0.0.1:8081")
+    remote = code.sandbox_backend()
+    assert remote.urls == list(code.url) and remote is code.sandbox_backend()  # one shared client
+    with pytest.raises(ValueError, match="non-empty list of URLs"):
+        parse_reward_kwargs({"code": {"backend": "remote", "url": []}})

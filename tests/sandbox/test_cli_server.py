@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from sandbox import Verdict, get_backend, judge
-from sandbox.server import make_server
+from sandbox.server import running_server
 
 AB = {
     "id": "ab",
@@ -60,13 +59,9 @@ def test_cli_rejects_malformed_problem(tmp_path, bwrap_backend):
 
 
 @pytest.fixture(scope="module")
-def server(bwrap_backend):
-    srv = make_server(bwrap_backend, "127.0.0.1", 0, max_concurrency=2)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+def server(bwrap_backend):  # the fixture only checks that bwrap works here
+    with running_server("bwrap", 2) as (url, _):
+        yield url
 
 
 def test_remote_backend_through_our_server(server):
@@ -112,4 +107,5 @@ def test_run_code_response_shape(server):
 
 def test_unreachable_remote_is_se_not_wa():
     remote = get_backend("remote", url="http://127.0.0.1:9")
-    assert judge(AB, SOL, "python", backend=remote).verdict is Verdict.SE
+    r = judge(AB, SOL, "python", backend=remote)
+    assert r.verdict is Verdict.SE and "refused" in r.message

@@ -4,8 +4,10 @@
 from `ground_truth` (a problem dict or its JSON) or else from `extra_info["problem"]`; the
 converters in `xrpo_verl.data` write it to `extra_info["problem"]`.
 
-A sandbox error (verdict SE, or the judge raising) is retried `se_retries` times and then raised
-as `SandboxFailure`: the judge failing is never scored as a wrong answer.
+Total over responses: any string gets a score (a non-string is scored as no code). A sandbox
+error (verdict SE, or the judge raising) is retried `se_retries` times and then raised as
+`SandboxFailure`: the service failing is never scored as a wrong answer. With several sandbox
+URLs, a request a server refused (down, or 503) goes to the next one (sandbox/remote.py).
 Verdicts: the sandbox's (AC WA TLE MLE RE CE OLE), plus `no_code` (no fenced block) and
 `bad_language` (a language the sandbox does not run, or C++ for a Python function-call problem).
 """
@@ -36,8 +38,8 @@ class CodeRewardConfig:
     """pass_fail: 1 for AC else 0; fraction: passed tests / all tests (runs every test)"""
     backend: object = "auto"
     """sandbox backend for `sandbox.judge`: a name (auto | docker | bwrap | remote) or a `sandbox.Backend`"""
-    url: str | None = None
-    """with backend=remote: the sandbox service, e.g. http://127.0.0.1:8080 (`python -m sandbox serve`)"""
+    url: str | tuple[str, ...] | None = None
+    """with backend=remote: the sandbox service(s), e.g. http://127.0.0.1:8080 or a list (spread, with fail-over)"""
     protocol: Literal["xrpo", "sandboxfusion"] = "xrpo"
     """with backend=remote: our /judge API, or SandboxFusion's /run_code"""
     default_language: str = "python"
@@ -60,6 +62,10 @@ class CodeRewardConfig:
             raise ValueError(
                 f"url is required with backend='remote' and only then; got backend={self.backend!r}, url={self.url!r}"
             )
+        if isinstance(self.url, list):
+            object.__setattr__(self, "url", tuple(self.url))
+        if isinstance(self.url, tuple) and not (self.url and all(isinstance(u, str) for u in self.url)):
+            raise ValueError(f"url must be a URL or a non-empty list of URLs, got {self.url!r}")
 
     def sandbox_backend(self) -> object:
         """What `sandbox.judge` takes: the name, or for remote a shared client for `url`."""
@@ -159,10 +165,10 @@ def compute_score(
     Returns:
         {"score", "acc" (1.0 iff AC), "pred" (''), "verdict", "reason", "passed", "total", "language"}
     """
-    if not isinstance(solution_str, str):
-        raise ValueError(f"solution_str must be str, got {type(solution_str).__name__}")
     problem = resolve_problem(ground_truth, extra_info)
     total = len(problem["tests"])
+    if not isinstance(solution_str, str):
+        return _result("no_code", 0.0, f"the response is a {type(solution_str).__name__}, not text", total=total)
     block = last_code_block(solution_str)
     if block.code is None:
         return _result("no_code", 0.0, block.reason, total=total)
