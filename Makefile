@@ -9,7 +9,7 @@ RUNENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
           RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup demo test lint format bench clean check-gpu-extra
 
 setup: $(STAMP)
 
@@ -40,5 +40,17 @@ format: setup
 bench: setup
 	$(RUNENV) $(PY) -m pytest benchmarks --benchmark-only $(PYTEST_ARGS)
 
+# The GPU cluster install must resolve: pip's dry run of '.[gpu]' in a fresh venv, so that a pin
+# disagreeing with verl[vllm] fails here rather than on a user's cluster. Downloads metadata only.
+check-gpu-extra:
+	rm -rf .venv-gpu-check
+	python3 -m venv .venv-gpu-check
+	.venv-gpu-check/bin/python -m pip install -q --upgrade pip
+	.venv-gpu-check/bin/python -m pip install -q --dry-run --ignore-installed '.[gpu]' --report .venv-gpu-check/report.json
+	.venv-gpu-check/bin/python -c "import json; r = json.load(open('.venv-gpu-check/report.json')); \
+	  v = {i['metadata']['name'].lower(): i['metadata']['version'] for i in r['install']}; \
+	  print('gpu extra resolves:', ', '.join(f'{k}=={v[k]}' for k in ('verl', 'vllm', 'torch', 'transformers')))"
+	rm -rf .venv-gpu-check
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .venv-gpu-check
