@@ -1,7 +1,8 @@
 """CPU switch, imported by our `verl.plugins` entry point in every process that imports verl.
 
 Inert unless `XRPO_VERL_CPU=1`: then it installs the CPU shims (`shims.py`) and registers the
-`hf` rollout backend (`actor_rollout_ref.rollout.name=hf`). Set the switch before `ray.init`
+`hf` rollout backend (`actor_rollout_ref.rollout.name=hf`); `XRPO_VERL_VLLM_CPU=1` adds verl's
+vLLM rollout on vLLM's CPU build (`vllm_cpu.py`, `.venv-vllm` only). Set the switch before `ray.init`
 (i.e. in the launching shell) so every Ray worker inherits it. Importing this module with the
 switch off costs one environment lookup.
 """
@@ -21,10 +22,13 @@ def cpu_enabled() -> bool:
 def enable() -> None:
     """Install the CPU shims and the `hf` rollout in this process (idempotent)."""
     os.environ[CPU_SWITCH] = "1"
-    from xrpo_verl.local import shims
+    from xrpo_verl.local import shims, vllm_cpu
 
+    vllm_cpu.check_environment()  # one line naming the environment to use when this one is wrong
     shims.apply()
     register_hf_rollout()
+    if vllm_cpu.vllm_cpu_enabled():
+        vllm_cpu.apply()
 
 
 def _load_hf_replica():
@@ -42,5 +46,5 @@ def register_hf_rollout() -> None:
     _ROLLOUT_REGISTRY[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"  # base.py:89
 
 
-if cpu_enabled():
+if cpu_enabled() or os.environ.get("XRPO_VERL_VLLM_CPU", "0").strip() == "1":
     enable()
