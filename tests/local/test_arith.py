@@ -38,3 +38,34 @@ def test_mixed_problems_put_a_hard_one_at_every_kth_row(tmp_path):
     assert [r[0]["content"] for r in rows["prompt"]] == [p.question for p in mixed]
     with pytest.raises(ValueError, match="hard_every"):
         arith.mixed_problems(4, seed=5, hard_every=0)
+
+
+# ---- the scorer is total: any response string gets a score, never an exception --------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+# Random text, and text built from the characters that matter to the parser, so boxes, signs and
+# digits (ASCII and not) meet in every combination.
+ANSWERISH = st.lists(st.sampled_from([*"\\boxed{}-+0123456789 .\n٩", "\\boxed{", "--"]), max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(response=st.one_of(st.text(max_size=200), ANSWERISH), truth=st.integers(-(10**6), 10**6))
+def test_score_of_any_string_is_zero_or_one(response, truth):
+    result = arith.compute_score(arith.DATA_SOURCE, response, str(truth))
+    assert result["score"] in (0.0, 1.0) and result["acc"] == result["score"]
+    boxed = arith.boxed_answer(response)
+    if boxed == str(truth):
+        assert result["score"] == 1.0
+    if result["score"] == 1.0:  # only a plain integer (leading zeros allowed) equal to the truth
+        assert boxed.lstrip("-").isascii() and boxed.lstrip("-").isdigit() and int(boxed) == truth
+
+
+def test_malformed_answers_score_zero_instead_of_raising():
+    score = arith.compute_score
+    # `--9` crashed a training run: `"--9".lstrip("-").isdigit()` passed and `int("--9")` raised.
+    for answer in ("--9", "-", "+9", "9-", "٩", "9.0", " ", "1" * 5000):
+        assert score("xrpo_arith", f"\\boxed{{{answer}}}", "9")["score"] == 0.0, answer
+    assert score("xrpo_arith", "\\boxed{-9}", "-9")["score"] == 1.0
+    assert score("xrpo_arith", "\\boxed{007}", "7")["score"] == 1.0  # leading zeros are still the integer
+    assert score("xrpo_arith", None, "7")["score"] == 0.0

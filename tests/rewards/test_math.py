@@ -137,3 +137,48 @@ def test_a_worker_that_cannot_start_raises_instead_of_scoring():
         pool.call({"gold": "1", "pred": "1"}, timeout_s=5.0)
     with pytest.raises(ValueError, match="num_workers"):
         VerifyPool(0)
+
+
+# ---- the scorer is total: any response string gets a verdict, never an exception -------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from xrpo_verl.rewards.math import VERDICTS  # noqa: E402
+from xrpo_verl.rewards.routing import compute_score as routed_score  # noqa: E402
+
+LATEXISH = st.lists(
+    st.sampled_from([*"\\{}^_()[],.-+*/=0123456789xy $<>", "\\boxed{", "\\frac", "</think>", "<think>"]), max_size=30
+).map("".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(response=st.one_of(st.text(max_size=120), LATEXISH))
+def test_any_response_gets_a_verdict(response):
+    for result in (score(response, "12"), routed_score("math/prop", response, "12")):
+        assert result["verdict"] in VERDICTS and result["score"] in (0.0, 1.0)
+        assert result["score"] == float(result["verdict"] == "correct")
+
+
+def _fake_worker(tmp_path, monkeypatch, body: str) -> MathRewardConfig:
+    """A stand-in worker module (the real one cannot be made to fail on demand) that says ready, then `body`."""
+    from xrpo_verl.rewards import _verify_pool
+
+    (tmp_path / "fake_verify_worker.py").write_text(
+        f'import sys\nprint(\'{{"status": "ready"}}\', flush=True)\nfor line in sys.stdin:\n    {body}\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_verify_pool, "_WORKER_MODULE", "fake_verify_worker")
+    monkeypatch.setattr(_verify_pool, "_POOLS", {})
+    return MathRewardConfig(timeout_s=20.0, num_workers=1)
+
+
+def test_a_verifier_that_raises_is_a_verdict(tmp_path, monkeypatch):
+    config = _fake_worker(tmp_path, monkeypatch, 'print(\'{"status": "error", "reason": "boom"}\', flush=True)')
+    result = score(r"\boxed{1}", "1", config)
+    assert result["verdict"] == "verify_error" and result["score"] == 0.0 and "boom" in result["reason"]
+
+
+def test_a_worker_that_dies_on_an_answer_is_a_verdict(tmp_path, monkeypatch):
+    config = _fake_worker(tmp_path, monkeypatch, "sys.exit(3)")
+    result = score(r"\boxed{1}", "1", config)
+    assert result["verdict"] == "verify_error" and "code 3" in result["reason"]

@@ -6,6 +6,7 @@ Rows follow verl's RL schema (`data_source`, `prompt` as chat messages, `ability
 """
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,16 +113,32 @@ def boxed_answer(text: str) -> str | None:
     return None if end < 0 else text[start + len("\\boxed{") : end].strip()
 
 
+# One optional minus and ASCII digits: `--9`, `+9`, `٩` (str.isdigit accepts it) and `9.0` are not answers.
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def parse_integer(text: str | None) -> int | None:
+    """`text` as an integer if it is one written plainly (`-12`, `007`), else None; never raises."""
+    if text is None or not _INTEGER.fullmatch(text):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+        return None
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> dict:
     """Exact integer match of the last boxed answer (verl custom-reward signature).
 
+    Total over responses: any string scores 0 or 1, never raises (verl's reward loop does not
+    catch a scorer's exception, so one odd sample would end the run). A ground truth that is not
+    an integer is a data bug and raises `ValueError`.
     A stand-in for `xrpo_verl.rewards.math` that needs no verifier processes; for these
     integer answers exact match and math-verify agree.
     """
-    answer = boxed_answer(solution_str)
-    try:
-        expected = int(str(ground_truth).strip())
-    except ValueError:
-        raise ValueError(f"arithmetic ground truth must be an integer, got {ground_truth!r}") from None
-    correct = answer is not None and answer.lstrip("-").isdigit() and int(answer) == expected
+    expected = parse_integer(str(ground_truth).strip())
+    if expected is None:
+        raise ValueError(f"arithmetic ground truth must be an integer, got {ground_truth!r}")
+    answer = boxed_answer(solution_str) if isinstance(solution_str, str) else None
+    correct = parse_integer(answer) == expected
     return {"score": float(correct), "acc": float(correct), "formatted": float(answer is not None)}

@@ -25,6 +25,10 @@ class WorkerTimeout(Exception):
     """The worker did not answer before the deadline; it has been killed."""
 
 
+class WorkerDied(RuntimeError):
+    """The worker exited while working on a request (the request crashed it)."""
+
+
 class _Worker:
     def __init__(self, startup_timeout_s: float):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
@@ -40,6 +44,8 @@ class _Worker:
             ready = self.read_reply(time.monotonic() + startup_timeout_s)
         except WorkerTimeout:  # a machine problem, not the answer's fault: never a "timeout" verdict
             raise RuntimeError(f"math-verify worker did not start within {startup_timeout_s} s") from None
+        except WorkerDied as exc:  # likewise never scored: no answer was involved
+            raise RuntimeError(f"math-verify worker failed to start: {exc}") from None
         if ready.get("status") != "ready":
             raise RuntimeError(f"math-verify worker sent {ready!r} instead of 'ready'")
 
@@ -53,13 +59,16 @@ class _Worker:
             chunk = os.read(fd, 65536)
             if not chunk:
                 code = self.proc.wait()
-                raise RuntimeError(f"math-verify worker exited with code {code}")
+                raise WorkerDied(f"math-verify worker exited with code {code}")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
 
     def request(self, payload: dict, timeout_s: float) -> dict:
-        self.proc.stdin.write((json.dumps(payload) + "\n").encode())
+        try:
+            self.proc.stdin.write((json.dumps(payload) + "\n").encode())
+        except BrokenPipeError:
+            raise WorkerDied(f"math-verify worker exited with code {self.proc.wait()}") from None
         return self.read_reply(time.monotonic() + timeout_s)
 
     def alive(self) -> bool:

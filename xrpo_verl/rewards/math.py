@@ -5,8 +5,11 @@ math-verify runs in worker processes with math-verify's own `signal.alarm` timeo
 and a call past `timeout_s` kills its worker (see `_verify_pool`).
 
 Verdicts: `correct`, `wrong`, `no_answer` (nothing extracted), `unparsable` (extracted but
-math-verify finds no expression), `timeout` (verification ran past `timeout_s`). Only `correct`
-scores 1. A malformed ground truth raises `ValueError`: it is a data bug, not a wrong answer.
+math-verify finds no expression), `timeout` (verification ran past `timeout_s`), `verify_error`
+(math-verify raised or its worker died on this answer; the reason says how). Only `correct`
+scores 1. Any response string gets a verdict, never an exception: verl's reward loop does not
+catch one, so a single odd sample would end a training run. A malformed ground truth raises
+`ValueError`: it is a data bug, not a wrong answer.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from xrpo_verl.rewards._verify_pool import WorkerTimeout, get_pool
+from xrpo_verl.rewards._verify_pool import WorkerDied, WorkerTimeout, get_pool
 from xrpo_verl.rewards.extract import ANSWER_FORMATS, extract_answer
 
-VERDICTS = ("correct", "wrong", "no_answer", "unparsable", "timeout")
+VERDICTS = ("correct", "wrong", "no_answer", "unparsable", "timeout", "verify_error")
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,13 @@ def verify_answer(pred: str, ground_truth: object, config: MathRewardConfig = DE
         reply = get_pool(config.num_workers).call({"gold": gold, "pred": pred}, config.timeout_s)
     except WorkerTimeout:
         return _result("timeout", pred, f"math-verify took longer than {config.timeout_s} s")
+    except WorkerDied as exc:  # the answer crashed the verifier (the pool replaces the worker)
+        return _result("verify_error", pred, str(exc))
     status = reply["status"]
     if status == "bad_gold":
         raise ValueError(reply["reason"])
     if status == "error":
-        raise RuntimeError(f"math-verify failed on gold={gold!r} pred={pred[:200]!r}: {reply['reason']}")
+        return _result("verify_error", pred, f"math-verify raised on this answer: {reply['reason']}")
     if status == "no_parse":
         return _result("unparsable", pred, reply["reason"])
     return _result("correct" if reply["correct"] else "wrong", pred)
