@@ -143,12 +143,20 @@ def test_checkpoint_written_and_resume_restores_plugin_state(xrpo_extra_run, res
     assert after[3]["training/rollout_probs_diff_max"] < 1e-4  # restored weights reached the server
 
 
+ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "xrpo/icl/corpus_size")
+SHARPENING_KEYS = ("xrpo/sharpening/bonus_rows", "xrpo/sharpening/bonus_share", "xrpo/sharpening/bonus_abs_mean")
+NOVELTY_KEYS = ("xrpo/novelty/bonus_rows", "xrpo/novelty/bonus_share", "xrpo/novelty/positive_correct")
+PREFIX_KEYS = ("xrpo/guided/queued", "xrpo/prefix/hard_prompts", "xrpo/prefix/candidates/max", "xrpo/guided/injected")
+
+
 def test_extra_trains_two_steps_with_fixed_n(tiny_model_dir, mixed_data, tmp_path):
     _, metrics = train("extra", tiny_model_dir, mixed_data, tmp_path, prompts=4)
     assert sorted(metrics) == [1, 2]
     for m in metrics.values():
         assert m["response_length/mean"] > 0 and m["training/rollout_probs_diff_max"] < 1e-4
         assert "xrpo/alloc/n_q/max" not in m  # no planner: every prompt gets rollout.n
+        # switched off here (estimator `extra`, icl.enable=false): exactly zero, not missing
+        assert all(m[k] == 0 for k in ICL_KEYS + SHARPENING_KEYS), {k: m.get(k) for k in ICL_KEYS + SHARPENING_KEYS}
     assert metrics[2]["xrpo/prefix/guided_rows_masked"] == metrics[2]["xrpo/prefix/guided_rows"] > 0
 
 
@@ -161,5 +169,7 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
     for m in metrics.values():
         assert m["response_length/mean"] > 0 and m["training/rollout_probs_diff_max"] < 1e-4
         assert m["xrpo/prefix/guided_rows"] == 0  # ExTra off
+        # switched off here (estimator `xrpo`, prefix.enable=false): exactly zero, not missing
+        assert all(m[k] == 0 for k in NOVELTY_KEYS + PREFIX_KEYS), {k: m.get(k) for k in NOVELTY_KEYS + PREFIX_KEYS}
         assert [m["xrpo/round_1/rollouts"], m["xrpo/round_2/rollouts"]] == budgets[1:]
         assert m["xrpo/alloc/n_q/mean"] == 4

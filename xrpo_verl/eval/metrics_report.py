@@ -1,6 +1,6 @@
 """Per-benchmark metrics from cached samples, and the JSON / Markdown / plot outputs.
 
-Metrics (docs/algorithms.md §5): pass@1 = mean c/n, unbiased pass@k, cons@k (majority of the
+Metrics (docs/algorithms.md §8): pass@1 = mean c/n, unbiased pass@k, cons@k (majority of the
 extracted answers, math only), mean response tokens, Self-BLEU (lower = more diverse) and
 LogDet of the MiniLM embeddings of the k responses (higher = more diverse), averaged over problems.
 """

@@ -384,15 +384,17 @@ class XrpoTrainer(PPOTrainerSync):
         rc_cfg = self.config.algorithm.get("rollout_correction", None)
         if rc_cfg is not None and not rc_cfg.get("bypass_mode", False) and "rollout_log_probs" in data.keys():
             rollout_lp = data["rollout_log_probs"].to_padded_tensor(0.0).float()
-            weights, view.mask, rc_metrics = apply_rollout_correction(rc_cfg, view.old_log_probs, rollout_lp, view.mask)
+            weights, mask, rc_metrics = apply_rollout_correction(rc_cfg, view.old_log_probs, rollout_lp, view.mask)
             metrics.update(rc_metrics)
-            out["response_mask"] = view.mask
+            if not torch.equal(mask, view.mask):  # rejection sampling dropped tokens: the loss must see it
+                view.mask = mask
+                out["response_mask"] = mask.to(nested_mask.dtype)
             if weights is not None:
-                out["rollout_is_weights"] = weights
+                out["rollout_is_weights"] = weights.float()
         novelty = torch.zeros(len(view.uids), dtype=torch.float32)
         gate = None
         if s.use_novelty:
-            novelty = self._xrpo_novelty(view)
+            novelty = self._xrpo_novelty(view, metrics)
             metrics["xrpo/novelty/memory_prompts"] = float(len(self.xrpo_state.novelty))
             if s.extra.novelty.placement == "before_norm":
                 gate = self._xrpo_variance_gate(view)
@@ -422,7 +424,7 @@ class XrpoTrainer(PPOTrainerSync):
         gates = {k: ema.update(k, v) for k, v in by_key.items()}
         return torch.tensor([gates.get(k, 1.0) for k in view.keys], dtype=torch.float32)
 
-    def _xrpo_novelty(self, view: BatchView) -> torch.Tensor:
+    def _xrpo_novelty(self, view: BatchView, metrics: dict) -> torch.Tensor:
         """ExTra r_int per row from the response tails; every valid response then enters the memory."""
         nov_cfg = self.xrpo_settings.extra.novelty
         idx = np.flatnonzero(view.valid.numpy())
@@ -435,9 +437,20 @@ class XrpoTrainer(PPOTrainerSync):
         ]
         emb = self.xrpo_state.extra_embedder().encode(tails)
         keys = [view.keys[i] for i in idx]
-        scores = self.xrpo_state.novelty.score(keys, emb, view.correct[idx].numpy())
-        novelty[idx] = torch.as_tensor(np.asarray(scores, dtype=np.float32))
+        # scored ungated once, then gated by correctness: the ungated mean shows the scoring itself acting
+        raw = self.xrpo_state.novelty.score(keys, emb, np.ones(idx.size, dtype=bool))
+        correct = view.correct[idx].numpy()
+        novelty[idx] = torch.as_tensor(np.asarray(raw * correct, dtype=np.float32))
         self.xrpo_state.novelty.update(keys, emb)
+        metrics["xrpo/novelty/mean_all"] = float(np.mean(raw))
+        # correct responses whose text differs from every other response of their prompt this step:
+        # only these can be novel (identical correct answers have cosine 1)
+        seen: dict[tuple[str, str], int] = defaultdict(int)
+        for k, t in zip(keys, tails, strict=True):
+            seen[(k, t)] += 1
+        metrics["xrpo/novelty/correct_distinct"] = float(
+            sum(c and seen[(k, t)] == 1 for k, t, c in zip(keys, tails, correct, strict=True))
+        )
         return novelty
 
     def _xrpo_update_memories(self, view: BatchView, metrics: dict) -> None:
@@ -540,10 +553,12 @@ def signal_metrics(view, inputs, algorithm=None, settings=None, novelty=None) ->
     out["xrpo/novelty/positive_correct"] = 0.0
     out["xrpo/novelty/mean_correct"] = 0.0
     if view is None:
-        return out
+        return {**out, "xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0}
     from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES
 
     features = ESTIMATOR_FEATURES[settings.adv_estimator]
+    if "novelty" not in features:
+        out.update({"xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0})
     index = np.array(view.uids, dtype=object)
     valid = view.valid
 
