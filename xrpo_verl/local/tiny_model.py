@@ -20,14 +20,11 @@ from pathlib import Path
 
 import torch
 
-from xrpo_verl.local.arith import (
-    DATA_SOURCE,
-    SOLUTION_FORMAT,
-    ArithConfig,
-    compute_score,
-    sample_problems,
-    solution_text,
-)
+from xrpo_verl.local import addition as addition_task
+from xrpo_verl.local import arith
+from xrpo_verl.local.arith import SOLUTION_FORMAT, ArithConfig, compute_score
+
+TASKS = ("arith", "addition")
 
 PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # ChatML, the template family of Qwen2: verl applies it with add_generation_prompt=True.
@@ -67,7 +64,11 @@ class TinyModelConfig:
     sft_lr: float = 1e-3
     """peak AdamW learning rate of the warm-up (linear warm-up 5%, cosine decay)"""
     arith: ArithConfig = field(default_factory=ArithConfig)
-    """problem distribution for the corpus and the warm-up"""
+    """problem distribution for the corpus and the warm-up (task 'arith')"""
+    task: str = "arith"
+    """'arith' (one-step a+b, a-b on small operands) or 'addition' (multi-digit column addition, scratchpad)"""
+    addition: addition_task.AdditionConfig = field(default_factory=addition_task.AdditionConfig)
+    """problem distribution for the corpus and the warm-up (task 'addition')"""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
@@ -78,6 +79,8 @@ class TinyModelConfig:
                 f"hidden_size={self.hidden_size} must divide by num_heads={self.num_heads}, "
                 f"which must divide by num_kv_heads={self.num_kv_heads}"
             )
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
         if self.sft_steps < 0 or self.sft_batch_size < 1 or self.sft_lr <= 0:
             raise ValueError(
                 f"need sft_steps >= 0, sft_batch_size >= 1, sft_lr > 0; got {self.sft_steps}, "
@@ -86,8 +89,26 @@ class TinyModelConfig:
 
     @property
     def key(self) -> str:
-        blob = json.dumps({**asdict(self), "solution_format": SOLUTION_FORMAT}, sort_keys=True)
+        fields = asdict(self)
+        if self.task == "arith":  # fields added with the addition task: 'arith' models keep their cache key
+            del fields["task"], fields["addition"]
+        blob = json.dumps({**fields, "solution_format": SOLUTION_FORMAT}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def sample_problems(self, n: int, seed: int) -> list:
+        """`n` problems of this model's task (objects with `.question` and `.answer`)."""
+        if self.task == "addition":
+            return addition_task.sample_problems(n, seed, self.addition)
+        return arith.sample_problems(n, seed, self.arith)
+
+    def solution_text(self, problem) -> str:
+        """The warm-up's target response for `problem`."""
+        return addition_task.solution_text(problem) if self.task == "addition" else arith.solution_text(problem)
+
+    @property
+    def max_response_tokens(self) -> int:
+        """Longest warm-up response in tokens, with room to spare (digits are one token each)."""
+        return 24 if self.task == "arith" else 12 * (self.addition.max_digits + 1) + 8
 
 
 def cache_root() -> Path:
@@ -103,8 +124,8 @@ def build_tokenizer(config: TinyModelConfig):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    problems = sample_problems(4000, config.seed + 1, config.arith)
-    corpus = [chat_prompt(p.question) + solution_text(p) + EOS for p in problems]
+    problems = config.sample_problems(4000, config.seed + 1)
+    corpus = [chat_prompt(p.question) + config.solution_text(p) + EOS for p in problems]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -147,12 +168,12 @@ def build_model(config: TinyModelConfig, tokenizer):
     return model
 
 
-def sft_batch(tokenizer, problems) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sft_batch(tokenizer, problems, solution=arith.solution_text) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded (input_ids, attention_mask, labels), labels -100 except on the response + EOS."""
     rows = []
     for p in problems:
         prompt = tokenizer(chat_prompt(p.question), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(solution_text(p) + EOS, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(solution(p) + EOS, add_special_tokens=False)["input_ids"]
         rows.append((prompt, answer))
     width = max(len(a) + len(b) for a, b in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -182,8 +203,8 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
     losses = []
     start = time.time()
     for step in range(config.sft_steps):
-        problems = sample_problems(config.sft_batch_size, rng.randrange(2**31), config.arith)
-        ids, mask, labels = sft_batch(tokenizer, problems)
+        problems = config.sample_problems(config.sft_batch_size, rng.randrange(2**31))
+        ids, mask, labels = sft_batch(tokenizer, problems, config.solution_text)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad()
         loss.backward()
@@ -200,7 +221,7 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
 
 
 @torch.no_grad()
-def greedy_accuracy(model, tokenizer, problems) -> float:
+def greedy_accuracy(model, tokenizer, problems, max_new_tokens: int = 24) -> float:
     """Fraction of problems whose greedy response contains the right `\\boxed{}` answer."""
     from transformers import GenerationConfig
 
@@ -209,11 +230,14 @@ def greedy_accuracy(model, tokenizer, problems) -> float:
     out = model.generate(
         **enc,
         generation_config=GenerationConfig(
-            max_new_tokens=24, do_sample=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
         ),
     )
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    scores = [compute_score(DATA_SOURCE, t, str(p.answer))["score"] for p, t in zip(problems, texts, strict=True)]
+    scores = [compute_score(arith.DATA_SOURCE, t, str(p.answer))["score"] for p, t in zip(problems, texts, strict=True)]
     return sum(scores) / max(1, len(scores))
 
 
@@ -229,7 +253,9 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
     tokenizer = build_tokenizer(config)
     model = build_model(config, tokenizer)
     losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0)
-    accuracy = greedy_accuracy(model, tokenizer, sample_problems(200, config.seed + 3, config.arith))
+    accuracy = greedy_accuracy(
+        model, tokenizer, config.sample_problems(200, config.seed + 3), config.max_response_tokens
+    )
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)

@@ -1,0 +1,57 @@
+"""Column addition with a scratchpad: hand-checked solutions, disjoint held-out set, scoring."""
+
+import pytest
+
+from xrpo_verl.local import addition, arith, learning, tiny_model
+
+
+def test_solution_writes_one_column_per_line_with_carries():
+    assert addition.solution_text(addition.Sum(347, 285)) == "7+5=12\n4+8+1=13\n3+2+1=6\n\\boxed{632}"
+    # a missing digit is 0; a final carry makes the answer one digit longer
+    assert addition.solution_text(addition.Sum(95, 7)) == "5+7=12\n9+0+1=10\n\\boxed{102}"
+    assert addition.solution_text(addition.Sum(3, 4)) == "3+4=7\n\\boxed{7}"
+    for p in addition.sample_problems(200, seed=1):
+        text = addition.solution_text(p)
+        assert arith.compute_score(addition.DATA_SOURCE, text, str(p.answer))["score"] == 1.0
+        assert text.count("\n") == max(len(str(p.a)), len(str(p.b)))
+
+
+def test_operand_lengths_cover_the_configured_range():
+    problems = addition.sample_problems(500, seed=2, config=addition.AdditionConfig(min_digits=2, max_digits=4))
+    lengths = {len(str(x)) for p in problems for x in (p.a, p.b)}
+    assert lengths == {2, 3, 4}
+    with pytest.raises(ValueError, match="min_digits"):
+        addition.AdditionConfig(min_digits=3, max_digits=2)
+
+
+def test_heldout_set_shares_no_problem_with_training(tmp_path):
+    train, heldout = addition.train_and_heldout(3000, 100, seed=11)
+    assert len(train) == 3000 and len(heldout) == len(set(heldout)) == 100
+    key = lambda p: (min(p.a, p.b), max(p.a, p.b))  # noqa: E731  (a+b and b+a are one problem)
+    assert not {key(p) for p in train} & {key(p) for p in heldout}
+    # small operand ranges have overlaps to remove: with one digit there are only 55 problems
+    small_train, small_heldout = addition.train_and_heldout(200, 20, seed=3, config=addition.AdditionConfig(1, 1))
+    assert not {key(p) for p in small_train} & {key(p) for p in small_heldout}
+    import pandas as pd
+
+    paths = addition.write_parquets(tmp_path, 64, 16, seed=11)
+    rows = [pd.read_parquet(p) for p in paths]
+    assert [len(r) for r in rows] == [64, 16]
+    assert rows[1]["reward_model"][0]["ground_truth"] == str(heldout[0].answer)
+
+
+def test_learning_model_config_selects_the_addition_task():
+    config = learning.MODEL
+    assert config.task == "addition" and config.key != tiny_model.TinyModelConfig().key
+    p = config.sample_problems(1, seed=0)[0]
+    assert isinstance(p, addition.Sum) and config.solution_text(p) == addition.solution_text(p)
+    # the arith model's cache key did not change when the task field was added
+    assert tiny_model.TinyModelConfig().key == "d4a0fc2af417"
+    with pytest.raises(ValueError, match="task"):
+        tiny_model.TinyModelConfig(task="chess")
+
+
+def test_accuracy_standard_error_is_over_problems():
+    acc = learning.accuracy([0.0, 1.0, 0.5, 0.5])
+    assert acc.mean == 0.5 and acc.never == 1 and acc.always == 1
+    assert acc.se == pytest.approx((1 / 6) ** 0.5 / 2)  # sample variance of (0,1,.5,.5) is 1/6

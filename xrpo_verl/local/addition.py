@@ -1,0 +1,119 @@
+"""Column addition with a scratchpad: a procedure the tiny model's warm-up teaches only partly.
+
+`347+285=?` is answered one column at a time, ones first, carrying into the next column, then
+the answer read back from the columns:
+
+    7+5=12
+    4+8+1=13
+    3+2+1=6
+    \\boxed{632}
+
+Every problem exercises the same ~200 column facts (digit + digit + carry) and the read-back, so
+what RL corrects on one problem carries over to problems it never trained on: the held-out set
+measures a procedure, not a memorised table (`arith`'s ~338 problems, on which RL only rehearsed).
+Operands have 1 to `max_digits` digits, so pass rates spread from always (one digit, no carry) to
+never (many columns, many carries). Scored by `arith.compute_score` (exact integer match).
+"""
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_SOURCE = "xrpo_addition"
+
+
+@dataclass(frozen=True)
+class AdditionConfig:
+    """Difficulty of the generated sums."""
+
+    min_digits: int = 1
+    """fewest digits of an operand"""
+    max_digits: int = 3
+    """most digits of an operand (each operand's length is drawn uniformly in [min_digits, max_digits])"""
+
+    def __post_init__(self):
+        if not 1 <= self.min_digits <= self.max_digits <= 9:
+            raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {self.min_digits}, {self.max_digits}")
+
+
+@dataclass(frozen=True)
+class Sum:
+    a: int
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return self.a + self.b
+
+    @property
+    def question(self) -> str:
+        return f"{self.a}+{self.b}=?"
+
+
+def solution_text(problem: Sum) -> str:
+    """One line per column, ones first (`x+y[+1]=s`, a missing digit is 0), then the boxed answer."""
+    a, b = str(problem.a)[::-1], str(problem.b)[::-1]
+    lines, carry = [], 0
+    for i in range(max(len(a), len(b))):
+        x, y = int(a[i]) if i < len(a) else 0, int(b[i]) if i < len(b) else 0
+        total = x + y + carry
+        lines.append(f"{x}+{y}" + ("+1" if carry else "") + f"={total}")
+        carry = total // 10
+    return "\n".join(lines) + f"\n\\boxed{{{problem.answer}}}"
+
+
+def _operand(rng: random.Random, config: AdditionConfig) -> int:
+    digits = rng.randint(config.min_digits, config.max_digits)
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def sample_problems(n: int, seed: int, config: AdditionConfig = AdditionConfig()) -> list[Sum]:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    return [Sum(_operand(rng, config), _operand(rng, config)) for _ in range(n)]
+
+
+def verl_rows(problems: list[Sum], split: str) -> list[dict]:
+    """Rows in verl's RL parquet schema."""
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": p.question}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
+            "extra_info": {"split": split, "index": i, "question": p.question},
+        }
+        for i, p in enumerate(problems)
+    ]
+
+
+def train_and_heldout(
+    n_train: int, n_heldout: int, seed: int, config: AdditionConfig = AdditionConfig()
+) -> tuple[list[Sum], list[Sum]]:
+    """A training set and a held-out set with no problem in common (`a+b` and `b+a` count as one)."""
+    heldout = list(dict.fromkeys(sample_problems(4 * n_heldout + 16, seed + 1, config)))[:n_heldout]
+    if len(heldout) < n_heldout:
+        raise ValueError(f"config {config} has too few distinct problems for {n_heldout} held-out ones")
+    seen = {(min(p.a, p.b), max(p.a, p.b)) for p in heldout}
+    rng_seed, train = seed, []
+    while len(train) < n_train:
+        batch = sample_problems(n_train, rng_seed, config)
+        train += [p for p in batch if (min(p.a, p.b), max(p.a, p.b)) not in seen][: n_train - len(train)]
+        rng_seed += 1000
+    return train, heldout
+
+
+def write_parquets(
+    root: str | Path, n_train: int, n_heldout: int, seed: int, config: AdditionConfig = AdditionConfig()
+) -> tuple[Path, Path]:
+    """`root/train.parquet` and `root/heldout.parquet` (disjoint); returns both paths."""
+    import pandas as pd
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    train, heldout = train_and_heldout(n_train, n_heldout, seed, config)
+    paths = root / "train.parquet", root / "heldout.parquet"
+    pd.DataFrame(verl_rows(train, "train")).to_parquet(paths[0])
+    pd.DataFrame(verl_rows(heldout, "test")).to_parquet(paths[1])
+    return paths
