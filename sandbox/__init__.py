@@ -8,6 +8,7 @@ Codeforces grading rules. Standalone: no torch, no verl.
 from .backends import Backend, RunSpec, Session, get_backend
 from .judges.grader import judge
 from .problem import Checker, Problem, TestCase
+from .remote import RemoteJudge
 from .verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "JudgeResult",
     "Limits",
     "Problem",
+    "RemoteJudge",
     "RunResult",
     "RunSpec",
     "RunStatus",

@@ -77,7 +77,7 @@ def _host_paths(packages: list[str]) -> list[str]:
         if os.path.islink(real) or os.path.isfile(real):
             paths.add(real)
             # Debian compiles .pyc at install time, so dpkg does not list them; without them every
-            # Python start in the read-only image compiles its imports again (~160 ms for the runner).
+            # Python start in the read-only image compiles its imports again.
             if real.endswith(".py") and os.path.isfile(pyc := importlib.util.cache_from_source(real)):
                 paths.add(pyc)
     for link in Path("/etc/alternatives").iterdir():  # e.g. cc, c++, which

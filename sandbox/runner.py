@@ -16,8 +16,8 @@ import select
 import sys
 import time
 
-# Only modules that import in well under a millisecond: the runner starts once per submission
-# inside the sandbox, and json, signal, shutil, selectors or subprocess would add ~30 ms to it.
+# Only modules that import fast: the runner starts once per submission inside the sandbox, and
+# json, signal, shutil, selectors or subprocess would add more to its start than a small test costs.
 SIGKILL = 9  # Linux
 STDERR_CAP = 64 << 10  # stderr is only kept for messages; it never causes OLE
 
@@ -57,7 +57,7 @@ def kill_group(pid: int) -> None:
 
 def _popen(argv, cwd, env, preexec_fn, user, pass_fds, stdio):
     """Start argv through subprocess (thread-safe: the host judges from many threads)."""
-    import subprocess  # not at the top: the in-sandbox runner never needs it (~14 ms to import)
+    import subprocess  # not at the top: the in-sandbox runner never needs it (slow to import)
 
     ids = {} if user is None else {"user": user, "group": user, "extra_groups": []}
     p = subprocess.Popen(

@@ -40,6 +40,8 @@ from .runcode import decode_files, run_code
 log = logging.getLogger(__name__)
 MAX_TIMEOUT_S = 300.0
 """Largest run_timeout / compile_timeout a request may ask for."""
+MAX_BODY = 256 << 20
+"""Largest request body accepted (bytes, by Content-Length)."""
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False, strict=True)]
 Language = Literal[tuple(LANGUAGES)]  # type: ignore[valid-type]
@@ -225,6 +227,13 @@ def create_app(backend: Backend, max_concurrency: int = 8, max_queue: int = 4096
 
     app = FastAPI(title="xrpo sandbox", lifespan=lifespan)
     app.state.pool, app.state.metrics = pool, metrics
+
+    @app.middleware("http")
+    async def body_limit(request: Request, call_next):
+        length = request.headers.get("content-length", "0")
+        if length.isdigit() and int(length) > MAX_BODY:
+            return JSONResponse({"detail": f"request body over {MAX_BODY} bytes"}, status_code=413)
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError):

@@ -91,6 +91,7 @@ class BwrapBackend(Backend):
         self._cgroups: dict[int, MemoryCgroup] = {}
         for uid in self._lease.uids:
             reap(uid)  # leftovers of a dead previous holder would count against RLIMIT_NPROC
+            self._remove_stale_dirs(uid)
             self._cgroups[uid] = MemoryCgroup(uid)
             self._slots.put(uid)
         self._closed = False
@@ -108,7 +109,7 @@ class BwrapBackend(Backend):
         if self._closed:
             raise SandboxError("this bwrap backend is closed")
         uid = self._slots.get()
-        work = tempfile.mkdtemp(prefix="xrpo-sbx-", dir=self.config.work_root)
+        work = tempfile.mkdtemp(prefix=f"xrpo-sbx-{uid}-", dir=self.config.work_root)
         try:
             os.chmod(work, 0o700)
             os.chown(work, uid, uid)
@@ -119,6 +120,13 @@ class BwrapBackend(Backend):
             finally:
                 shutil.rmtree(work, ignore_errors=True)
                 self._slots.put(uid)
+
+    def _remove_stale_dirs(self, uid: int) -> None:
+        """Work and job dirs of this uid left by a holder that was killed (the lease is ours now)."""
+        root = self.config.work_root or tempfile.gettempdir()
+        for name in os.listdir(root):
+            if name.startswith((f"xrpo-sbx-{uid}-", f"xrpo-job-{uid}-")):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Wait for running sessions (up to timeout_s), remove the slot cgroups, release the uids."""
@@ -263,7 +271,7 @@ class BwrapSession(Session):
         """specs in one bwrap, through the batch runner."""
         for spec in specs:
             self._write_files(spec)
-        job = tempfile.mkdtemp(prefix="xrpo-job-", dir=self.backend.config.work_root)
+        job = tempfile.mkdtemp(prefix=f"xrpo-job-{self.uid}-", dir=self.backend.config.work_root)
         try:
             os.chmod(job, 0o755)  # readable by the slot uid, writable only by us
             steps = []

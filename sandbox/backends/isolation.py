@@ -108,20 +108,22 @@ class MemoryCgroup:
         self.path = None
 
 
-def own_memory_cgroup() -> tuple[str, int] | None:
-    """(path, version) of the memory cgroup this process may create groups under, or None."""
+def own_memory_cgroup(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT) -> tuple[str, int] | None:
+    """(path, version) of the memory cgroup this process may create groups under, or None:
+    cgroup v1's memory hierarchy when mounted, else v2's unified one when it has the memory
+    controller."""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(proc_cgroup) as f:
             lines = [line.rstrip("\n").split(":", 2) for line in f]
     except OSError:
         return None
     for _, controllers, path in lines:
         if "memory" in controllers.split(","):
-            base = os.path.join(CGROUP_ROOT, "memory") + path
+            base = os.path.join(root, "memory") + path
             return (base, 1) if os.access(base, os.W_OK) else None
     for hierarchy, _, path in lines:
         if hierarchy == "0":
-            base = CGROUP_ROOT + path
+            base = root + path
             try:
                 with open(os.path.join(base, "cgroup.controllers")) as f:
                     usable = "memory" in f.read().split()

@@ -4,7 +4,10 @@ Judging tests skip, with the reason, only when no sandbox backend can run here.
 """
 
 import json
+import os
+import tempfile
 import time
+import urllib.request
 
 import pytest
 
@@ -206,9 +209,12 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
     for the service's failure."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from sandbox.backends.bwrap import BwrapBackend, BwrapConfig
     from sandbox.server import running_server
 
     with running_server("bwrap", 2) as (a, _), running_server("bwrap", 2) as (b, doomed):
+        with urllib.request.urlopen(b + "/health") as r:
+            doomed_uids = json.loads(r.read())["uids"]
         config = CodeRewardConfig(backend="remote", url=[a, b], se_retries=3, retry_backoff_s=0.2)
         cases = [(GOOD, "AC"), (HALF, "WA")] * 20
         with ThreadPoolExecutor(8) as pool:
@@ -219,3 +225,7 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
             verdicts = [f.result()["verdict"] for f in futures]
         assert doomed.wait() != 0
     assert verdicts == [v for _, v in cases]
+    # what the killed server left (work dirs, slot cgroups) goes when its uids are leased again
+    uids = sorted(doomed_uids)
+    BwrapBackend(BwrapConfig(workers=len(uids), uid_base=uids[0], uid_span=uids[-1] - uids[0] + 1)).close()
+    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(tuple(f"xrpo-sbx-{u}-" for u in uids))]

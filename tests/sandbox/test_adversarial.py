@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -106,7 +107,10 @@ def test_host_files_and_environment_are_invisible(backend, monkeypatch, problem)
         "if any('hunter2' in v or k.startswith('XRPO') for k, v in os.environ.items()):\n    leaks.append('env')\n"
         "print('ok' if not leaks else leaks)"
     )
-    r = _judge(backend, code, problem=problem)
+    try:
+        r = _judge(backend, code, problem=problem)
+    finally:
+        shutil.rmtree(secret_dir)
     assert r.verdict is Verdict.AC, r.to_dict()
 
 

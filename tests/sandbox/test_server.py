@@ -142,6 +142,7 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving(server):
         assert status in (400, 422), (name, status, detail)
     head = b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     assert raw(server, head + b"Content-Length: abc\r\n\r\n{}") == 400
+    assert raw(server, head + f"Content-Length: {(256 << 20) + 1}\r\n\r\n{{}}".encode()) == 413
     body = b'{"code": "print(7)", "language": "python"}'
     chunked = b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
     assert raw(server, head + chunked) == 200
