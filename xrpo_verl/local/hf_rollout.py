@@ -240,10 +240,6 @@ class HFServer:
             self.global_steps = global_steps
         return len(state)
 
-    def state_dict_snapshot(self) -> dict[str, torch.Tensor]:
-        """The server's current weights (for tests comparing rollout and actor)."""
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-
     def stats(self) -> dict[str, int]:
         return {"generate_calls": self.num_generate_calls, "requests": self.num_requests}
 
