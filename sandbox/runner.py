@@ -389,11 +389,12 @@ def _is_dir(st) -> bool:
     return (st.st_mode & 0o170000) == 0o040000
 
 
-_SYSV = (("shm", 7), ("sem", 4), ("msg", 7))  # /proc/sysvipc file and the column of the owner's uid
+_SYSV = (("shm", 7), ("sem", 4), ("msg", 7))  # /proc/sysvipc file, column of the owner's uid (creator's: +2)
 
 
 def _sysv_ipc(uid: int) -> list[tuple[str, int]]:
-    """(kind, id) of the SysV IPC objects uid owns in this IPC namespace."""
+    """(kind, id) of the SysV IPC objects uid owns or created in this IPC namespace (an owner may
+    hand an object to another uid with IPC_SET; its creator can still remove it)."""
     found = []
     for kind, col in _SYSV:
         try:
@@ -401,7 +402,7 @@ def _sysv_ipc(uid: int) -> list[tuple[str, int]]:
                 rows = [line.split() for line in f.readlines()[1:]]
         except OSError:
             continue
-        found += [(kind, int(r[1])) for r in rows if len(r) > col and int(r[col]) == uid]
+        found += [(kind, int(r[1])) for r in rows if len(r) > col + 2 and uid in (int(r[col]), int(r[col + 2]))]
     return found
 
 

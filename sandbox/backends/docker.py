@@ -59,6 +59,10 @@ class DockerConfig:
     """uid of the keep-alive process (nobody)."""
     image: str = IMAGE
     """Image; built with `python -m sandbox build-image` when it is the default and missing."""
+    reuse: bool = True
+    """Reuse a container for later submissions after a reset (runner._reset). False: a new container
+    per submission, which also hides the counters a reset cannot rewind (pid numbers, SysV IPC ids,
+    inode numbers), at the cost of starting a container each time."""
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8 or self.uid_span < self.workers:
@@ -191,7 +195,7 @@ class DockerBackend(Backend):
             ok = not s.w.broken
         finally:  # an exception or interrupt mid-run leaves the container in an unknown state
             w = s.w  # the session may have replaced a dead container
-            if ok and not self._closed.is_set():
+            if ok and self.config.reuse and not self._closed.is_set():
                 w.fresh = True
                 self._idle.put(w)
             else:

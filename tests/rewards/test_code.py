@@ -202,6 +202,7 @@ def test_remote_service_judges_like_the_local_backend():
         assert compute_score("code/x", HALF, "add", {"problem": ADD}, remote)["verdict"] == "WA"
 
 
+@pytest.mark.timeout(300)
 @needs_bwrap
 def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
     """Requests spread over two servers; one is SIGKILLed while requests are in flight. Requests it

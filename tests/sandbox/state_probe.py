@@ -33,6 +33,15 @@ def dirs():
             pass
 
 
+def hand_over(msqid: int) -> int:
+    """Give a message queue to uid 65534 (IPC_SET by its owner): no longer ours, still readable."""
+    buf = ctypes.create_string_buffer(512)
+    if msqid < 0 or libc.msgctl(msqid, 2, buf) != 0:  # IPC_STAT
+        return -1
+    ctypes.memmove(ctypes.addressof(buf) + 4, ctypes.byref(ctypes.c_uint32(65534)), 4)  # ipc_perm.uid
+    return libc.msgctl(msqid, 1, buf)  # IPC_SET
+
+
 def plant() -> dict:
     files, marked = [], []
     for d in list(dirs()):
@@ -58,6 +67,7 @@ def plant() -> dict:
         "msg": libc.msgget(KEY, 0o1000 | 0o666),
         "mq": libc.mq_open(f"/{TOKEN}".encode(), os.O_CREAT | os.O_RDWR, 0o666, None),
         "key": libc.syscall(SYS_ADD_KEY, b"user", TOKEN.encode(), TOKEN.encode(), len(TOKEN), USER_KEYRING),
+        "handed": hand_over(libc.msgget(KEY + 1, 0o1000 | 0o666)),
     }
     if os.fork() == 0:  # a detached daemon holding an abstract unix socket
         os.setsid()
@@ -91,6 +101,8 @@ def read() -> list[str]:
         found.append("SysV semaphore")
     if libc.msgget(KEY, 0) >= 0:
         found.append("SysV message queue")
+    if libc.msgget(KEY + 1, 0) >= 0:
+        found.append("SysV message queue of another uid")
     if libc.mq_open(f"/{TOKEN}".encode(), os.O_RDONLY) >= 0:
         found.append("POSIX message queue")
     if libc.syscall(SYS_KEYCTL, KEYCTL_SEARCH, USER_KEYRING, b"user", TOKEN.encode(), 0) >= 0:

@@ -39,3 +39,15 @@ def test_a_killed_container_is_replaced_and_the_submission_judged(one_container)
     assert r.verdict is Verdict.AC, r.message
     assert _only_container(one_container).id != dead.id
     assert judge(AB, "print(4)", "python", backend=one_container).verdict is Verdict.WA
+
+
+def test_without_reuse_every_submission_gets_a_new_container():
+    if reason := docker_available():
+        pytest.skip(reason)
+    with DockerBackend(DockerConfig(workers=1, reuse=False)) as be:
+        seen = []
+        for _ in range(2):
+            with be.session() as s:
+                seen.append(s.w.container.id)
+        assert seen[0] != seen[1]
+        assert judge(AB, SOL, "python", backend=be).verdict is Verdict.AC

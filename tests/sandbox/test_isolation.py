@@ -59,6 +59,7 @@ def test_next_submission_on_a_warm_worker_finds_nothing(one_worker):
         "SysV shared memory",
         "SysV semaphore",
         "SysV message queue",
+        "SysV message queue of another uid",
         "POSIX message queue",
         "abstract socket",
     ):

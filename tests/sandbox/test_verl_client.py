@@ -62,6 +62,7 @@ def _load(url: str, n_python: int, n_cpp: int) -> tuple[list[tuple[str, object, 
     return out, time.monotonic() - t0
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["bwrap", "docker"])
 def test_verl_client_at_64_in_flight_loses_and_misscores_nothing(kind, request):
     request.getfixturevalue(f"{kind}_backend")  # skips with the reason when the backend is absent
