@@ -156,3 +156,22 @@ def test_novelty_ratio_is_one_at_the_group_mean():
 def test_bad_input_raises(call, needle):
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+def test_bonus_effect_by_hand():
+    """The trainer's per-signal diagnostics: |delta| share over correct rows and ranking changes."""
+    idx = np.array(["a", "a", "a", "b", "b"], dtype=object)
+    without = torch.tensor([1.0, 1.0, -2.0, 0.5, -0.5])
+    with_ = torch.tensor([1.2, 1.0, -2.0, 0.5, -0.5])  # breaks the tie between a's correct rows
+    correct = torch.tensor([True, True, False, True, False])
+    eff = A.bonus_effect(with_, without, correct, idx)
+    assert eff["rows"] == 1.0
+    assert eff["abs_mean"] == pytest.approx(0.2 / 3)
+    assert eff["share"] == pytest.approx(0.2 / (1.2 + 1.0 + 0.5))
+    assert eff["rank_changed"] == 1.0  # group a (2 correct) reordered; group b has 1 correct: not counted
+    assert A.bonus_effect(without, without, correct, idx) == {
+        "rows": 0.0,
+        "abs_mean": 0.0,
+        "share": 0.0,
+        "rank_changed": 0.0,
+    }
