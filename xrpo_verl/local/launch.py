@@ -5,7 +5,7 @@
 files in `xrpo_verl/local/recipes/<name>.yaml` add the algorithm. Used by the tests, the demo and
 `recipes/cpu/run.sh`:
 
-    python -m xrpo_verl.local.launch --recipe grpo --steps 2 --out outputs/cpu_grpo
+    python -m xrpo_verl.local.launch --recipe grpo --steps 2 --out outputs/cpu_grpo   # the learning setting
 """
 
 import argparse
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from xrpo_verl.local.register import CPU_SWITCH
 
 # Package data, so an installed wheel runs the CPU recipes and the demo from any directory.
 RECIPE_DIR = Path(__file__).resolve().parent / "recipes"
+RAY_START_TIMEOUT = "The current node timed out during startup"
+RAY_START_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,8 @@ class CpuRun:
     """data.max_prompt_length, tokens"""
     max_response_length: int = 24
     """data.max_response_length, tokens (responses here are 12-17 tokens)"""
-    lr: float = 1e-4
-    """actor learning rate (our choice for the ~5M tiny model)"""
+    lr: float = 5e-5
+    """actor learning rate (the learning setting's, xrpo_verl/local/learning.py; 1e-4 made the arith model forget)"""
     save_freq: int = -1
     """trainer.save_freq (-1: never)"""
 
@@ -142,6 +145,26 @@ def cpu_overrides(run: CpuRun) -> list[str]:
     ]
 
 
+def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """verl's console logger line `step:3 - key:value - ...` (after any Ray prefix) as (step, metrics)."""
+    at = line.find("step:")
+    if at < 0:
+        return None
+    fields = line[at:].strip().split(" - ")
+    try:
+        step = int(fields[0].removeprefix("step:"))
+    except ValueError:
+        return None
+    metrics = {}
+    for item in fields[1:]:
+        key, _, value = item.rpartition(":")
+        try:
+            metrics[key] = float(value)
+        except ValueError:
+            continue
+    return step, metrics
+
+
 RECIPE_KEYS = ("description", "config_name", "extends", "overrides")
 
 
@@ -196,9 +219,11 @@ def launch(
     timeout_s: float = 900,
     echo: bool = False,
     env_updates: dict | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run the trainer to completion (killed after `timeout_s`). Its output is appended to
-    `<out_dir>/trainer.log` and returned as `stdout`; its metrics are appended to `metrics.jsonl`."""
+    `<out_dir>/trainer.log` and returned as `stdout`; its metrics are appended to `metrics.jsonl`.
+    `on_line` sees each output line as it comes (the demo's progress bar)."""
     out = Path(run.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = cpu_env()
@@ -211,20 +236,29 @@ def launch(
     cmd = trainer_command(run, load_recipe(recipe_name), extra)
     (out / "command.txt").write_text(" \\\n  ".join(cmd) + "\n")
     start = time.time()
-    lines: list[str] = []
-    with open(out / "trainer.log", "a") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        watchdog = threading.Timer(timeout_s, proc.kill)  # a hung trainer still ends the call
-        watchdog.start()
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                lines.append(line)
-                if echo and ("step:" in line or "Error" in line or "Traceback" in line):
-                    print(f"  [{time.time() - start:5.0f}s] {line.rstrip()[:200]}", flush=True)
-            proc.wait()
-        finally:
-            watchdog.cancel()
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        lines: list[str] = []
+        with open(out / "trainer.log", "a") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            watchdog = threading.Timer(timeout_s, proc.kill)  # a hung trainer still ends the call
+            watchdog.start()
+            try:
+                for line in proc.stdout:
+                    log.write(line)
+                    lines.append(line)
+                    if on_line is not None:
+                        on_line(line)
+                    if echo and ("step:" in line or "Error" in line or "Traceback" in line):
+                        print(f"  [{time.time() - start:5.0f}s] {line.rstrip()[:200]}", flush=True)
+                proc.wait()
+            finally:
+                watchdog.cancel()
+        # Ray gives its raylet a fixed 30 s to register (ray/_private/node.py); on a machine
+        # loaded by other jobs it misses that before any step ran, and starting again is safe.
+        if proc.returncode == 0 or RAY_START_TIMEOUT not in "".join(lines[-40:]) or part.exists():
+            break
+        if echo:
+            print(f"  Ray did not start in time (attempt {attempt}/{RAY_START_ATTEMPTS}); starting again", flush=True)
     if time.time() - start >= timeout_s:
         lines.append(f"\n[xrpo_verl.local.launch] killed after the {timeout_s:.0f}s timeout\n")
     if part.exists():
@@ -235,24 +269,24 @@ def launch(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo.")
+    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo on the learning setting.")
     parser.add_argument("--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--out", default="outputs/cpu_run")
-    parser.add_argument("--prompts-per-step", type=int, default=4)
-    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--prompts-per-step", type=int, default=None, help="default: the learning setting's")
+    parser.add_argument("--n", type=int, default=None, help="default: the learning setting's")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, applied last")
     args = parser.parse_args(argv)
-    from xrpo_verl.local import arith, tiny_model
+    from dataclasses import replace
 
-    model = tiny_model.build()
-    data = Path(args.out) / "data"
-    train = arith.write_parquet(data / "train.parquet", 512, seed=11, split="train")
-    val = arith.write_parquet(data / "val.parquet", 64, seed=12, split="test")
-    run = CpuRun(
-        str(model), str(train), str(val), args.out, steps=args.steps, prompts_per_step=args.prompts_per_step, n=args.n
-    )
-    result = launch(run, args.recipe, args.overrides, echo=True)
+    from xrpo_verl.local import learning
+
+    setting = replace(learning.LearningSetting(), steps=args.steps)
+    if args.prompts_per_step:
+        setting = replace(setting, prompts_per_step=args.prompts_per_step)
+    if args.n:
+        setting = replace(setting, n=args.n)
+    result = launch(learning.cpu_run(args.out, setting), args.recipe, args.overrides, echo=True)
     print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
     return result.returncode
 

@@ -63,6 +63,10 @@ class TinyModelConfig:
     """warm-up sequences per step"""
     sft_lr: float = 1e-3
     """peak AdamW learning rate of the warm-up (linear warm-up 5%, cosine decay)"""
+    sft_schedule_steps: int = 0
+    """length of the warm-up's lr schedule if longer than sft_steps (0: sft_steps); stopping early
+    leaves a model that knows a procedure only partly, without the decay that a short schedule
+    starts too soon for the procedure to be picked up at all"""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """problem distribution for the corpus and the warm-up (task 'arith')"""
     task: str = "arith"
@@ -92,6 +96,8 @@ class TinyModelConfig:
         fields = asdict(self)
         if self.task == "arith":  # fields added with the addition task: 'arith' models keep their cache key
             del fields["task"], fields["addition"]
+        if not self.sft_schedule_steps:
+            del fields["sft_schedule_steps"]
         blob = json.dumps({**fields, "solution_format": SOLUTION_FORMAT}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -191,12 +197,13 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
     """Supervised warm-up; returns the loss per step."""
     rng = random.Random(config.seed + 2)
     opt = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.0)
-    warm = max(1, config.sft_steps // 20)
+    horizon = max(config.sft_steps, config.sft_schedule_steps)
+    warm = max(1, horizon // 20)
 
     def lr_at(step: int) -> float:
         if step < warm:
             return (step + 1) / warm
-        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, config.sft_steps - warm)))
+        return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, horizon - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()

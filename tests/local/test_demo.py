@@ -1,0 +1,36 @@
+"""The demo's progress line and before/after arithmetic (no training here: see tests/e2e)."""
+
+import io
+
+import pytest
+
+from xrpo_verl.local import demo, launch, learning
+
+
+def test_verl_console_line_is_parsed_after_a_ray_prefix():
+    line = "(TaskRunner pid=42) step:7 - critic/score/mean:0.375 - actor/pg_loss:-0.01 - note:abc\n"
+    assert launch.parse_step_line(line) == (7, {"critic/score/mean": 0.375, "actor/pg_loss": -0.01})
+    assert launch.parse_step_line("no metrics here") is None
+    assert launch.parse_step_line("step:x - a:1") is None
+
+
+def test_progress_prints_step_reward_rollouts_and_icl_flips():
+    out = io.StringIO()
+    progress = demo.Progress(total=20, n=8, stream=out, every=10)
+    progress("step:1 - critic/score/mean:0.25 - xrpo/alloc/n_q/mean:7.5 - xrpo/icl/triggers:4 - xrpo/icl/flip_rate:0.5")
+    progress("INFO some library warning")  # not shown
+    for step in range(2, 11):
+        progress(f"step:{step} - critic/score/mean:0.5")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # steps 1 and 10 (not a terminal: one line every 10 steps)
+    assert "step   1/20" in lines[0] and "reward 0.25" in lines[0] and "rollouts/prompt 7.5" in lines[0]
+    assert "ICL flips   2" in lines[0]
+    assert "ICL off" in lines[1] and "last 10: 0.47" in lines[1]  # (0.25 + 9 x 0.5) / 10
+
+
+def test_paired_change_and_its_standard_error():
+    before = learning.accuracy([0.0, 0.5, 0.5, 1.0])
+    after = learning.accuracy([0.5, 0.5, 1.0, 1.0])
+    delta, se = demo.paired_difference(before, after)
+    assert delta == pytest.approx(0.25)
+    assert se == pytest.approx((1 / 12) ** 0.5 / 2)  # diffs (.5, 0, .5, 0): sample variance 1/12

@@ -1,0 +1,169 @@
+"""The CPU learning setting: a model, task and trainer settings on which plain GRPO measurably learns.
+
+Used by `make demo`, the CI learning test (tests/e2e/test_learning.py) and
+benchmarks/convergence_study.py, so all three run the same thing. The task is multi-digit
+column addition with a scratchpad (`xrpo_verl.local.addition`); the tiny model's warm-up teaches
+the procedure only partly, so sampled answers are right on some problems, never on others, and
+what RL fixes in a column fact carries over to held-out sums it never trained on. Why these
+numbers, and what did not learn: benchmarks/RESULTS.md ("A CPU task on which GRPO learns").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xrpo_verl.local import addition, launch, tiny_model
+
+# The model: the default 5M architecture, warmed up on 1-3 digit sums for fewer steps than it
+# would take to learn them, so that RL has something left to learn.
+MODEL = tiny_model.TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600)
+
+
+@dataclass(frozen=True)
+class LearningSetting:
+    """Sizes and trainer settings of a learning run (defaults: the setting measured in RESULTS.md)."""
+
+    steps: int = 60
+    """training steps"""
+    prompts_per_step: int = 8
+    """prompts per step (B)"""
+    n: int = 8
+    """rollouts per prompt (GRPO's n; XRPO's n_avg)"""
+    lr: float = 1e-4
+    """actor learning rate (constant, AdamW, no KL)"""
+    max_response_length: int = 48
+    """response budget in tokens (3-digit sums take ~32)"""
+    n_train: int = 4096
+    """training problems (more than steps x prompts: each is seen about once)"""
+    n_heldout: int = 100
+    """held-out problems, disjoint from the training set"""
+    val_samples: int = 4
+    """k samples per held-out problem at the training temperature (T=1) for mean@k"""
+    data_seed: int = 11
+    """seed of the training and held-out problems"""
+    model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
+    """the warmed-up model"""
+
+
+def prepare(out_dir: str | Path, setting: LearningSetting = LearningSetting()) -> tuple[Path, Path, Path]:
+    """Build (or reuse) the model and write the data; returns (model_dir, train.parquet, heldout.parquet)."""
+    model_dir = tiny_model.build(setting.model)
+    train, heldout = addition.write_parquets(
+        Path(out_dir) / "data", setting.n_train, setting.n_heldout, setting.data_seed, setting.model.addition
+    )
+    return model_dir, train, heldout
+
+
+def heldout_problems(setting: LearningSetting = LearningSetting()) -> list[addition.Sum]:
+    """The held-out sums of this setting (those `prepare` writes to heldout.parquet)."""
+    return addition.train_and_heldout(setting.n_train, setting.n_heldout, setting.data_seed, setting.model.addition)[1]
+
+
+def cpu_run(out_dir: str | Path, setting: LearningSetting = LearningSetting(), save_freq: int = -1) -> launch.CpuRun:
+    """The `CpuRun` of this setting under `out_dir` (model and data prepared on the way)."""
+    model_dir, train, heldout = prepare(out_dir, setting)
+    return launch.CpuRun(
+        str(model_dir),
+        str(train),
+        str(heldout),
+        str(out_dir),
+        steps=setting.steps,
+        prompts_per_step=setting.prompts_per_step,
+        n=setting.n,
+        max_response_length=setting.max_response_length,
+        lr=setting.lr,
+        save_freq=save_freq,
+    )
+
+
+def validation_overrides(setting: LearningSetting, every: int, greedy: bool = False) -> list[str]:
+    """Validate before training and every `every` steps: k samples at T=1 (mean@k), or greedy."""
+    sampling = (
+        ["actor_rollout_ref.rollout.val_kwargs.do_sample=False", "actor_rollout_ref.rollout.val_kwargs.n=1"]
+        if greedy
+        else [
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+            "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+            f"actor_rollout_ref.rollout.val_kwargs.n={setting.val_samples}",
+        ]
+    )
+    return ["trainer.val_before_train=True", f"trainer.test_freq={every}", *sampling]
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Held-out accuracy: mean over problems of each problem's pass rate, and its standard error."""
+
+    mean: float
+    se: float
+    per_problem: tuple[float, ...]
+
+    @property
+    def never(self) -> int:
+        return sum(p == 0 for p in self.per_problem)
+
+    @property
+    def always(self) -> int:
+        return sum(p == 1 for p in self.per_problem)
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f} ± {self.se:.3f}"
+
+
+def accuracy(pass_rates: list[float]) -> Accuracy:
+    """Mean and standard error over problems (the samples of one problem are not independent, so
+    the SE is taken over problems' pass rates, not over all samples)."""
+    import statistics
+
+    n = len(pass_rates)
+    if n < 2:
+        raise ValueError(f"need at least 2 problems for a standard error, got {n}")
+    return Accuracy(statistics.fmean(pass_rates), statistics.stdev(pass_rates) / n**0.5, tuple(pass_rates))
+
+
+def load_actor(model_dir: str | Path, checkpoint: str | Path | None = None):
+    """The model of `model_dir`, with the weights of a verl actor checkpoint directory
+    (`.../global_step_N/actor`, FSDP2 state dict of one rank) if given."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if checkpoint is not None:
+        state = torch.load(Path(checkpoint) / "model_world_size_1_rank_0.pt", weights_only=False, map_location="cpu")
+        state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in state.items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if k != "lm_head.weight"]:  # lm_head is tied to the embedding
+            raise ValueError(f"checkpoint {checkpoint} does not fit {model_dir}: {missing=} {unexpected=}")
+        model.tie_weights()
+    return model.eval()
+
+
+def heldout_accuracy(model, tokenizer, problems, k: int, max_new_tokens: int, seed: int = 0) -> dict[str, Accuracy]:
+    """`{"greedy": ..., "mean@k": ...}` on `problems`: greedy answers, and k samples at T=1 per problem."""
+    import torch
+    from transformers import GenerationConfig
+
+    from xrpo_verl.local.arith import compute_score
+
+    prompts = [tiny_model.chat_prompt(p.question) for p in problems]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    width = enc["input_ids"].shape[1]
+    common = dict(
+        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    out = {}
+    torch.manual_seed(seed)
+    for name, config, reps in (
+        ("greedy", GenerationConfig(do_sample=False, **common), 1),
+        (f"mean@{k}", GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **common), k),
+    ):
+        passed = [0.0] * len(problems)
+        for _ in range(reps):
+            with torch.no_grad():
+                ids = model.generate(**enc, generation_config=config)
+            texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
+            for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
+                passed[i] += compute_score(addition.DATA_SOURCE, text, str(p.answer))["score"] / reps
+        out[name] = accuracy(passed)
+    return out
