@@ -19,6 +19,36 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=PROBLEM))
 
 
+SHM = Path("/dev/shm")
+# vLLM's message queues (psm_*), joblib's semaphores and verl's weight bucket: a trainer that ends
+# while vLLM's engine is still up leaves them behind, hundreds of MB of RAM each launch.
+SHM_PATTERNS = ("psm_*", "sem.loky-*", "verl_weights_*")
+
+
+def _shm_files() -> set[Path]:
+    return {f for pattern in SHM_PATTERNS for f in SHM.glob(pattern)} if SHM.is_dir() else set()
+
+
+def _mapped_anywhere(name: str) -> bool:
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            if name in maps.read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def remove_leaked_shared_memory():
+    """Remove what this session's launches left in /dev/shm and no live process maps."""
+    before = _shm_files()
+    yield
+    for f in _shm_files() - before:
+        if not _mapped_anywhere(f.name):
+            f.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def untied_model_dir() -> Path:
     """The warmed-up tiny model with its output layer untied (a weight push must carry lm_head too)."""
