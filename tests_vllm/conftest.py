@@ -20,9 +20,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 SHM = Path("/dev/shm")
-# vLLM's message queues (psm_*), joblib's semaphores and verl's weight bucket: a trainer that ends
+# vLLM's message queues (psm_*) and verl's weight bucket: a trainer that ends
 # while vLLM's engine is still up leaves them behind, hundreds of MB of RAM each launch.
-SHM_PATTERNS = ("psm_*", "sem.loky-*", "verl_weights_*")
+SHM_PATTERNS = ("psm_*", "verl_weights_*")
 
 
 def _shm_files() -> set[Path]:
