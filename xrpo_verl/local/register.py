@@ -24,7 +24,12 @@ def enable() -> None:
     os.environ[CPU_SWITCH] = "1"
     from xrpo_verl.local import shims, vllm_cpu
 
-    vllm_cpu.check_environment()  # one line naming the environment to use when this one is wrong
+    try:
+        vllm_cpu.check_environment()
+    except vllm_cpu.WrongEnvironment as wrong:
+        # SystemExit, not the exception: verl swallows plugin import errors (logged at DEBUG), and the
+        # run would fail later inside a Ray worker. One line naming the environment to use instead.
+        raise SystemExit(f"xrpo_verl: {wrong}") from None
     shims.apply()
     register_hf_rollout()
     if vllm_cpu.vllm_cpu_enabled():

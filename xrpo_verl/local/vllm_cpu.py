@@ -125,6 +125,9 @@ def vllm_overrides(max_model_len: int, max_num_seqs: int = 64) -> list[str]:
         "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.rollout.enforce_eager=True",  # no CUDA graphs on CPU
         "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # vLLM's CPU worker refuses sleep mode
+        # ...so verl must not call the engine's sleep/wake_up between rollout and training (the
+        # hybrid replica does when free_cache_engine is on); there is no device memory to free anyway.
+        "actor_rollout_ref.rollout.free_cache_engine=False",
         f"actor_rollout_ref.rollout.max_model_len={max_model_len}",
         f"actor_rollout_ref.rollout.max_num_seqs={max_num_seqs}",
         # The default `dummy` load format is kept, as on GPU: the served weights are random until
@@ -187,11 +190,38 @@ def untied_copy(model_dir, out_dir=None):
     return out
 
 
+def _keep_linear_weights_for_reload() -> None:
+    """vLLM's CPU build packs each linear layer's weight for oneDNN after loading and replaces the
+    parameter with an empty one (vllm/model_executor/layers/linear.py:UnquantizedLinearMethod.
+    process_weights_after_loading -> layers/utils.py:dispatch_cpu_unquantized_gemm(remove_weight=True)).
+    verl's weight sync loads into those parameters (verl/workers/rollout/vllm_rollout/utils.py:
+    _update_weights -> model.load_weights), which fails on the empty one. Keep the weight: verl
+    re-runs process_weights_after_loading after every push, which packs the new weight again.
+    On GPU the method does nothing, so the CUDA path never needs this.
+    """
+    from vllm.model_executor.layers import linear
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    method = linear.UnquantizedLinearMethod
+    if getattr(method.process_weights_after_loading, "_xrpo_vllm_cpu", False):
+        return
+
+    def process_weights_after_loading(self, layer) -> None:
+        dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+
+    process_weights_after_loading._xrpo_vllm_cpu = True
+    method.process_weights_after_loading = process_weights_after_loading
+
+
 def apply() -> None:
     """Called by `register.enable()` in every process when the vLLM switch is on. Idempotent."""
     check_environment()
     for key, value in VLLM_CPU_ENV.items():
         os.environ.setdefault(key, value)
+    # Only vLLM's own processes load a model: there vLLM is imported before verl's worker extension
+    # imports verl (and with it this module). Elsewhere importing vLLM would only cost start-up time.
+    if "vllm" in sys.modules:
+        _keep_linear_weights_for_reload()
 
 
 def main() -> int:
