@@ -130,6 +130,10 @@ def load_actor(model_dir: str | Path, checkpoint: str | Path | None = None):
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if checkpoint is not None:
+        import logging
+
+        # unpickling the FSDP2 DTensors warns that no process group exists yet: none is needed here
+        logging.getLogger("torch.distributed.device_mesh").setLevel(logging.ERROR)
         state = torch.load(Path(checkpoint) / "model_world_size_1_rank_0.pt", weights_only=False, map_location="cpu")
         state = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in state.items()}
         missing, unexpected = model.load_state_dict(state, strict=False)
