@@ -48,6 +48,15 @@ def test_import_verl_alone_registers_every_name():
     assert "xrpo" in seen["trainers"]
 
 
+def test_cpu_mode_registers_every_name_though_its_shims_load_verl_first():
+    """The CPU shims import verl's trainer package before the plugin's watcher exists, so the
+    registration runs at once, from inside the plugin's own import (it once skipped that, and
+    main_ppo's TaskRunner failed with "Unknown trainer 'xrpo'")."""
+    seen = _probe(XRPO_VERL_CPU="1", VERL_USE_EXTERNAL_MODULES="xrpo_verl.local.register")
+    assert sorted(seen["registered"]) == sorted(seen["wanted"])
+    assert "xrpo" in seen["trainers"] and {"xrpo", "extra", "xrpo_extra"} <= set(seen["adv_estimators"])
+
+
 def test_disabling_verl_plugins_removes_our_names():
     """Negative control: the names come from the entry point, not from some other import."""
     seen = _probe(VERL_USE_EXTERNAL_PLUGINS="none")

@@ -32,12 +32,15 @@ def _register_agent_loops(agent_loop_module) -> None:
         agent_loop_module._agent_loop_registry.setdefault(name, {"_target_": target})
 
 
+_ADAPTERS = "xrpo_verl.verl_adapters."
+
+
 def _importer(name: str):
     def register(_verl_module) -> None:
         # Our own modules import verl's: if one of ours is half-imported, this verl module was
         # loaded by it, and importing `name` now would import it again half-done. Skipped: that
         # import of ours registers the name itself when it completes (its decorators run then).
-        if any(_initializing(m) for n, m in list(sys.modules.items()) if n.startswith("xrpo_verl.verl_adapters.")):
+        if any(_initializing(m) for n, m in list(sys.modules.items()) if n.startswith(_ADAPTERS) and n != __name__):
             return
         importlib.import_module(name)
 
