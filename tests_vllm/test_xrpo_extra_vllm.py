@@ -7,28 +7,18 @@ The data mixes easy problems (the warmed-up model samples ~40% right) with hard 
 easy successes fill the ICL corpus at step 1, hard all-fail groups trigger ICL and queue prefixes.
 """
 
-import json
 import pickle
 import time
-from pathlib import Path
 
 import pytest
 
 from xrpo_verl.local import arith, launch, vllm_cpu
+from xrpo_verl.local.launch import read_metrics
 
 pytestmark = pytest.mark.slow
 
 STEPS = 3
 SYNCED = 1e-4  # as test_grpo_vllm.py
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    out: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(row["step"], {}).update(row["data"])
-    return out
 
 
 @pytest.fixture(scope="module")

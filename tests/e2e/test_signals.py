@@ -10,24 +10,15 @@ test_xrpo_modes.py, which already train with some signals off.
 
 import json
 import pickle
-from pathlib import Path
 
 import pytest
 
 from xrpo_verl.local import arith, launch
+from xrpo_verl.local.launch import read_metrics
 
 pytestmark = pytest.mark.slow
 
 STEPS, PROMPTS, TRAIN_SET = 4, 8, 16
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    out: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(row["step"], {}).update(row["data"])
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -11,27 +11,18 @@ always failed): easy successes fill the ICL corpus at step 1, hard all-fail grou
 and queue ExTra prefixes.
 """
 
-import json
 import pickle
 from pathlib import Path
 
 import pytest
 
 from xrpo_verl.local import arith, launch
+from xrpo_verl.local.launch import read_metrics
 from xrpo_verl.planner import round_budgets
 
 pytestmark = pytest.mark.slow
 
 PREFIX_PER_STEP = 2  # xrpo_verl/local/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    out: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(row["step"], {}).update(row["data"])
-    return out
 
 
 def state(run: launch.CpuRun, step: int) -> dict:

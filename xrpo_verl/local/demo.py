@@ -18,22 +18,12 @@ import time
 from pathlib import Path
 
 from xrpo_verl.local import launch, learning
+from xrpo_verl.local.launch import read_metrics
 
 # Metrics of the `xrpo` trainer mode (xrpo_verl/verl_adapters/trainer.py); absent for GRPO.
 ROLLOUTS_MEAN = "xrpo/alloc/n_q/mean"
 ICL_TRIGGERS, ICL_FLIP_RATE = "xrpo/icl/triggers", "xrpo/icl/flip_rate"
 REWARD = "critic/score/mean"
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    if not path.exists():
-        return {}
-    out: dict[int, dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.setdefault(row["step"], {}).update(row["data"])
-    return out
 
 
 class Progress:

@@ -9,6 +9,7 @@ files in `xrpo_verl/local/recipes/<name>.yaml` add the algorithm. Used by the te
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -163,6 +164,18 @@ def parse_step_line(line: str) -> tuple[int, dict[str, float]] | None:
         except ValueError:
             continue
     return step, metrics
+
+
+def read_metrics(path: Path) -> dict[int, dict]:
+    """verl's file-logger lines (`metrics.jsonl`) merged per step: {step: {metric: value}}; {} if absent."""
+    if not path.exists():
+        return {}
+    out: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out.setdefault(row["step"], {}).update(row["data"])
+    return out
 
 
 RECIPE_KEYS = ("description", "config_name", "extends", "overrides")
