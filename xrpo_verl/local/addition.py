@@ -19,6 +19,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from xrpo_verl.local import arith
+
 DATA_SOURCE = "xrpo_addition"
 
 
@@ -75,17 +77,8 @@ def sample_problems(n: int, seed: int, config: AdditionConfig = AdditionConfig()
 
 
 def verl_rows(problems: list[Sum], split: str) -> list[dict]:
-    """Rows in verl's RL parquet schema."""
-    return [
-        {
-            "data_source": DATA_SOURCE,
-            "prompt": [{"role": "user", "content": p.question}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
-            "extra_info": {"split": split, "index": i, "question": p.question},
-        }
-        for i, p in enumerate(problems)
-    ]
+    """Rows in verl's RL parquet schema (the arithmetic task's layout, this data source)."""
+    return arith.verl_rows(problems, split, data_source=DATA_SOURCE)
 
 
 def train_and_heldout(

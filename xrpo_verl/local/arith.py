@@ -64,11 +64,11 @@ def sample_problems(n: int, seed: int, config: ArithConfig = ArithConfig()) -> l
     return [Problem(rng.randint(0, hi), rng.choice(config.ops), rng.randint(0, hi)) for _ in range(n)]
 
 
-def verl_rows(problems: list[Problem], split: str) -> list[dict]:
-    """Rows in verl's RL parquet schema."""
+def verl_rows(problems: list, split: str, data_source: str = DATA_SOURCE) -> list[dict]:
+    """Rows in verl's RL parquet schema; `problems` need `.question` and `.answer`."""
     return [
         {
-            "data_source": DATA_SOURCE,
+            "data_source": data_source,
             "prompt": [{"role": "user", "content": p.question}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
