@@ -71,6 +71,30 @@ def test_batched_generate_returns_forward_pass_logprobs(micro_model_dir):
         assert torch.allclose(torch.tensor(out.log_probs), ref, atol=1e-4), (out.log_probs, ref.tolist())
 
 
+def test_requests_trickling_in_share_one_generate_call(micro_model_dir):
+    """Requests spaced by less than the quiet gap (here 20 ms apart over 100 ms, as the agent loop's
+    tokenizer threads and load-balancer calls spread a step's prompts) still form one batch; a
+    fixed window from the first request split such a step into several decoding passes."""
+    from xrpo_verl.local import hf_rollout
+
+    gap = hf_rollout.BATCH_QUIET_S * 0.4
+    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=4, max_model_len=68, max_batch=64)
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    prompt = _prompt_ids(tok, "1+2=?")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
+
+    async def late(i):
+        await asyncio.sleep(i * gap)
+        return await server.generate(prompt, dict(params), request_id=str(i))
+
+    async def run_all():
+        return await asyncio.gather(*[late(i) for i in range(6)])
+
+    outputs = asyncio.run(run_all())
+    assert len(outputs) == 6
+    assert server.stats() == {"generate_calls": 1, "requests": 6}
+
+
 def test_weight_update_replaces_the_policy(micro_model_dir):
     server = HFServer(str(micro_model_dir), prompt_length=64, response_length=8, max_model_len=72, max_batch=8)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)

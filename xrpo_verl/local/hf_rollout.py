@@ -24,9 +24,13 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 BACKEND_NAME = "hf"
 ADAPTER_PATH = "xrpo_verl.local.hf_rollout.HFServerAdapter"
-# Requests arriving within this window after the first one share a `generate` call: the agent
-# loop submits a step's prompts concurrently, so they land within milliseconds of each other.
-BATCH_WINDOW_S = 0.02
+# A batch closes once no request has arrived for BATCH_QUIET_S (or BATCH_MAX_WAIT_S after its
+# first request). The agent loop submits a step's prompts concurrently, but each one first goes
+# through a tokenizer thread and the load balancer actor, so on a busy machine they trickle in over
+# more than a fixed 20 ms window: that split each step into two or three `generate` calls, each
+# paying the full number of decoding steps. Waiting for a quiet gap costs at most one gap per call.
+BATCH_QUIET_S = 0.05
+BATCH_MAX_WAIT_S = 1.0
 
 
 def server_actor_name(replica_rank: int, node_rank: int = 0) -> str:
@@ -170,12 +174,23 @@ class HFServer:
             extra_fields={"global_steps": self.global_steps},
         )
 
+    async def _next_batch(self) -> list[_Request]:
+        """The first waiting request and every one that follows it with gaps under BATCH_QUIET_S."""
+        batch = [await self._queue.get()]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BATCH_MAX_WAIT_S
+        while (left := deadline - loop.time()) > 0:
+            try:
+                batch.append(await asyncio.wait_for(self._queue.get(), min(BATCH_QUIET_S, left)))
+            except TimeoutError:
+                break
+        while not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        return batch
+
     async def _serve_batches(self) -> None:
         while True:
-            batch = [await self._queue.get()]
-            await asyncio.sleep(BATCH_WINDOW_S)
-            while not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            batch = await self._next_batch()
             groups: dict[SamplingSettings, list[_Request]] = {}
             for request in batch:
                 groups.setdefault(request.settings, []).append(request)

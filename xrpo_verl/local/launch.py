@@ -90,7 +90,21 @@ def cpu_env(base: dict | None = None) -> dict:
     )
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
+    for key, value in LEAN_RAY_ENV.items():
+        env.setdefault(key, value)
     return env
+
+
+# Ray's background work, sized for a cluster node, on a 2-core machine. Read by the raylet and
+# every worker, which the driver starts with its own environment. With `num_cpus=16` (see
+# cpu_overrides) Ray prestarts a Python worker per logical CPU; most are never used and all start
+# at once on 2 cores. Metrics collection makes every worker and agent report every few seconds.
+# Measured by benchmarks/cpu_step_profile.py (RESULTS.md, "CPU step").
+LEAN_RAY_ENV = {
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_enable_worker_prestart": "0",
+    "RAY_enable_metrics_collection": "0",
+}
 
 
 def cpu_overrides(run: CpuRun) -> list[str]:
@@ -142,6 +156,7 @@ def cpu_overrides(run: CpuRun) -> list[str]:
         # logical CPU: 2 real ones would hang the scheduler. The fake GPU is the FSDP rank's bundle.
         "ray_kwargs.ray_init.num_cpus=16",
         "+ray_kwargs.ray_init.num_gpus=1",
+        "+ray_kwargs.ray_init.include_dashboard=False",  # its server and heads poll every worker
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
     ]
 
