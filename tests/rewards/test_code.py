@@ -13,10 +13,13 @@ import pytest
 
 from sandbox.backends.bwrap import bwrap_available
 from xrpo_verl.rewards.code import (
+    VERDICTS,
     CodeRewardConfig,
     SandboxFailure,
+    busy_seconds,
     compute_score,
     resolve_problem,
+    step_metrics,
 )
 
 ADD = {
@@ -155,8 +158,49 @@ def test_sandbox_error_is_retried_then_raised_never_scored_zero():
 def test_sandbox_error_then_success_scores_the_real_verdict():
     backend = _failing_backend(failures_before_success=1)
     config = CodeRewardConfig(backend=backend, se_retries=2, retry_backoff_s=0.0)
+    before = time.time()
     result = compute_score("code/x", GOOD, "add", {"problem": ADD}, config)
+    after = time.time()
     assert result["verdict"] == "AC" and type(backend).calls == 2
+    # Two judge calls; the timestamps bracket both, the seconds are within them.
+    assert result["attempts"] == 2
+    assert before <= result["sandbox_start"] < result["sandbox_end"] <= after
+    assert 0 < result["sandbox_s"] <= result["sandbox_end"] - result["sandbox_start"]
+
+
+@needs_bwrap
+def test_judged_rows_carry_timing_and_unjudged_rows_zeros():
+    ac = compute_score("code/x", GOOD, json.dumps(ADD), None, BWRAP)
+    assert ac["attempts"] == 1 and ac["sandbox_s"] > 0 and ac["sandbox_end"] > ac["sandbox_start"] > 0
+    none = compute_score("code/x", "no code here", json.dumps(ADD), None, BWRAP)
+    assert (none["attempts"], none["sandbox_s"], none["sandbox_start"], none["sandbox_end"]) == (0, 0.0, 0.0, 0.0)
+
+
+def test_busy_seconds_is_the_union_of_intervals():
+    assert busy_seconds([]) == 0.0
+    assert busy_seconds([(0.0, 2.0)]) == 2.0
+    # [0,2] and [1,3] overlap -> [0,3]; [5,6] apart; [5.2,5.5] inside: 3 + 1 = 4
+    assert busy_seconds([(5.0, 6.0), (1.0, 3.0), (0.0, 2.0), (5.2, 5.5)]) == pytest.approx(4.0)
+
+
+def test_step_metrics_counts_verdicts_runs_and_share():
+    infos = [
+        {"verdict": "AC", "attempts": 1, "sandbox_s": 0.5, "sandbox_start": 10.0, "sandbox_end": 10.5},
+        {"verdict": "WA", "attempts": 2, "sandbox_s": 1.0, "sandbox_start": 10.25, "sandbox_end": 12.0},
+        {"verdict": "no_code", "attempts": 0, "sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0},
+        {"verdict": "", "attempts": 0, "sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0},  # a math row
+        {"verdict": "AC", "attempts": 1, "sandbox_s": 0.25, "sandbox_start": 20.0, "sandbox_end": 20.5},
+    ]
+    m = step_metrics(infos, step_s=10.0)
+    assert {k for k in m if k.startswith("reward/verdict/")} == {f"reward/verdict/{v}" for v in VERDICTS}
+    assert (m["reward/verdict/AC"], m["reward/verdict/WA"], m["reward/verdict/no_code"]) == (2, 1, 1)
+    assert m["reward/verdict/SE"] == 0 and m["reward/verdict/TLE"] == 0
+    assert m["reward/sandbox/runs"] == 4 and m["reward/sandbox/retries"] == 1
+    assert m["reward/sandbox/judge_s"] == pytest.approx(1.75)
+    # union: [10, 12] and [20, 20.5] = 2.5 s of a 10 s step
+    assert m["reward/sandbox/busy_s"] == pytest.approx(2.5)
+    assert m["reward/sandbox/share"] == pytest.approx(0.25)
+    assert step_metrics(infos)["reward/sandbox/share"] == 0.0
 
 
 def test_remote_backend_needs_a_url_and_only_then():

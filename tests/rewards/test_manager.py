@@ -190,6 +190,10 @@ def test_concurrency_limit_is_respected(tokenizer):
         "pred": "",
         "verdict": "",
         "reason": "",
+        "sandbox_s": 0.0,
+        "sandbox_start": 0.0,
+        "sandbox_end": 0.0,
+        "attempts": 0,
         "length": 2,
     }
 

@@ -102,3 +102,31 @@ def test_rollout_correction_weights_for_our_estimators_are_verls():
     assert torch.equal(new_mask, mask) and "rollout_corr/rollout_is_mean" in metrics
     off, _, _ = apply_rollout_correction(OmegaConf.create({"rollout_is": None}), old, rollout, mask)
     assert off is None  # verl's default: metrics only, no weights
+
+
+def test_reward_infos_read_from_transfer_queue_rows(monkeypatch):
+    """The trainer reads reward_extra_info where verl's agent loop stores it: TransferQueue's
+    `extra_fields` column, built by verl's own list_of_dict_to_tensordict (TQ itself is replaced
+    by a dict lookup; the e2e test in tests/e2e/test_code_rl.py reads the real one)."""
+    from types import SimpleNamespace
+
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from xrpo_verl.verl_adapters import trainer as trainer_module
+
+    infos = [
+        {"verdict": "AC", "attempts": 1, "sandbox_s": 0.5, "sandbox_start": 1.0, "sandbox_end": 1.5},
+        {"verdict": "WA", "attempts": 2, "sandbox_s": 0.5, "sandbox_start": 1.25, "sandbox_end": 2.0},
+        {"verdict": "", "attempts": 0, "sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0},
+    ]
+    rows = [{"extra_fields": {"reward_extra_info": info, "min_global_steps": 1}} for info in infos]
+    stored = list_of_dict_to_tensordict(rows)
+
+    def kv_batch_get(keys, partition_id, select_fields):
+        assert select_fields == ["extra_fields"] and partition_id == "train" and keys == ["a", "b", "c"]
+        return stored
+
+    monkeypatch.setattr(trainer_module.tq, "kv_batch_get", kv_batch_get)
+    batch = SimpleNamespace(keys=["a", "b", "c"], partition_id="train", tags=[{}, {}, {"is_padding": True}])
+    got = trainer_module.XrpoTrainer._reward_infos(batch)
+    assert got == infos[:2]  # the padding row is left out

@@ -8,6 +8,12 @@
    rollouts per prompt, ICL flips) instead of the trainer's log (kept in trainer.log);
 5. measures the trained model the same way and prints before/after with standard errors, and
    writes a PNG of training reward against step.
+
+`--task code` (`make demo TASK=code`): the same five stages on the tiny code task
+(`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
+(bubblewrap, or Docker with `--sandbox docker`), XRPO on by default; the pass rate is k programs
+sampled at T=1 per held-out problem, judged in the sandbox; the table adds the verdict counts and
+the sandbox time of each step.
 """
 
 import argparse
@@ -17,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from xrpo_verl.local import launch, learning
+from xrpo_verl.local import code_rl, launch, learning
 from xrpo_verl.local.launch import read_metrics
 
 # Metrics of the `xrpo` trainer mode (xrpo_verl/verl_adapters/trainer.py); absent for GRPO.
@@ -142,18 +148,131 @@ def measure(model_dir: Path, checkpoint: Path | None, setting: learning.Learning
     return learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length)
 
 
+VERDICT_COLUMNS = ("AC", "WA", "TLE", "RE", "CE", "SE", "no_code")
+
+
+def verdict_table(metrics: dict[int, dict]) -> str:
+    """One line per step: reward, the verdict counts and the sandbox time the trainer logged."""
+    head = f"{'step':>4} {'reward':>6} " + " ".join(f"{v:>7}" for v in VERDICT_COLUMNS)
+    head += f" {'sandbox s':>9} {'step s':>7} {'share':>6}"
+    lines = [head]
+    for step in sorted(metrics):
+        m = metrics[step]
+        if REWARD not in m:
+            continue
+        counts = " ".join(f"{m.get(f'reward/verdict/{v}', 0):7.0f}" for v in VERDICT_COLUMNS)
+        lines.append(
+            f"{step:4d} {m[REWARD]:6.2f} {counts} {m.get('reward/sandbox/busy_s', 0):9.2f} "
+            f"{m.get('timing_s/step', 0):7.1f} {m.get('reward/sandbox/share', 0):6.1%}"
+        )
+    return "\n".join(lines)
+
+
+def measure_code(model_dir: Path, checkpoint: Path | None, setting: code_rl.CodeSetting) -> tuple[dict, dict]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = learning.load_actor(model_dir, checkpoint)
+    rates, verdicts = code_rl.sampled_pass_rates(
+        model,
+        tokenizer,
+        code_rl.heldout_problems(setting),
+        setting.val_samples,
+        setting.max_response_length,
+        backend=setting.backend,
+    )
+    return {f"pass@1 (mean of {setting.val_samples} at T=1)": learning.accuracy(rates)}, verdicts
+
+
+def main_code(args) -> int:
+    """`--task code`: code RL with sandbox-judged rewards (see the module docstring)."""
+    from dataclasses import replace
+
+    setting = code_rl.CodeSetting(backend=args.sandbox)
+    setting = replace(setting, steps=args.steps or setting.steps, lr=args.lr or setting.lr)
+    recipe = args.recipe or "xrpo"
+    start = time.time()
+    print("[1/5] tiny model, warmed up on short stdin Python programs (built once, then cached)", flush=True)
+    out = args.out / f"code_{recipe}"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    model_dir, _, _ = code_rl.prepare(out, setting)
+    print(f"      {model_dir}\n[2/5] held-out pass rate before training (judged in {setting.backend})", flush=True)
+    before, verdicts_before = measure_code(model_dir, None, setting)
+    print("      " + "   ".join(f"{k} {v}" for k, v in before.items()) + f"   verdicts {verdicts_before}", flush=True)
+    print(
+        f"[3/5] {recipe} through verl's main_ppo on CPU, rewards from the {setting.backend} sandbox: "
+        f"{setting.steps} steps x {setting.prompts_per_step} prompts x {setting.n} rollouts "
+        f"(trainer log: {out / 'trainer.log'})",
+        flush=True,
+    )
+    run = code_rl.cpu_run(out, setting, save_freq=setting.steps)
+    progress = Progress(setting.steps, setting.n)
+    extra = [f"data.seed={args.seed}", "algorithm.xrpo.icl.max_example_tokens=48", *code_rl.overrides(setting)]
+    result = launch.launch(run, recipe, extra, timeout_s=3600, on_line=progress)
+    if result.returncode != 0:
+        print(f"\ntraining failed (exit {result.returncode}); last lines of {out / 'trainer.log'}:", file=sys.stderr)
+        print("\n".join(result.stdout.splitlines()[-40:]), file=sys.stderr)
+        return result.returncode
+    print("[4/5] held-out pass rate after training", flush=True)
+    after, verdicts_after = measure_code(model_dir, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
+    print("[5/5] summary", flush=True)
+    metrics = read_metrics(run.metrics_path)
+    print(verdict_table(metrics))
+    print(report(before, after, recipe, setting.steps))
+    print(f"held-out verdicts before {verdicts_before}\n                 after  {verdicts_after}")
+    png = plot(metrics, before, after, out / "learning.png", f"{recipe} on the tiny code task (CPU, verl, sandbox)")
+    busy = sum(m.get("reward/sandbox/busy_s", 0) for m in metrics.values())
+    step_s = sum(m.get("timing_s/step", 0) for m in metrics.values())
+    summary = {
+        "task": "code",
+        "recipe": recipe,
+        "sandbox": setting.backend,
+        "seed": args.seed,
+        "setting": {k: v for k, v in setting.__dict__.items() if k != "model"},
+        "before": {k: [v.mean, v.se] for k, v in before.items()},
+        "after": {k: [v.mean, v.se] for k, v in after.items()},
+        "verdicts_before": verdicts_before,
+        "verdicts_after": verdicts_after,
+        "train_verdicts": {v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS},
+        "sandbox_share_of_step": busy / step_s if step_s else 0.0,
+        "step_seconds": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"sandbox share of the step time: {summary['sandbox_share_of_step']:.1%}")
+    print(f"plot: {png}\ntotal time: {time.time() - start:.0f}s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     defaults = learning.LearningSetting()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, xrpo, extra, xrpo_extra)"
+        "--task", default="addition", choices=("addition", "code"), help="addition (math) or code (sandbox rewards)"
     )
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="training steps")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="actor learning rate")
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, xrpo, extra, xrpo_extra); default grpo, xrpo for code",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the task's setting)")
+    parser.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the task's setting)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the training data order (data.seed)")
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="output directory")
+    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "docker"), help="--task code: sandbox backend")
     args = parser.parse_args(argv)
-    setting = learning.LearningSetting(steps=args.steps, lr=args.lr)
+    if args.task == "code":
+        import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        torch.set_num_threads(1)
+        return main_code(args)
+    args.recipe = args.recipe or "grpo"
+    setting = learning.LearningSetting(steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
     start = time.time()
     import torch
     import transformers

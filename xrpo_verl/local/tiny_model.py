@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from xrpo_verl.local import addition as addition_task
-from xrpo_verl.local import arith
+from xrpo_verl.local import arith, code_task
 from xrpo_verl.local.arith import SOLUTION_FORMAT, ArithConfig, compute_score
 
-TASKS = ("arith", "addition")
+TASKS = ("arith", "addition", "code")
 
 PAD, BOS, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 # ChatML, the template family of Qwen2: verl applies it with add_generation_prompt=True.
@@ -70,9 +70,12 @@ class TinyModelConfig:
     arith: ArithConfig = field(default_factory=ArithConfig)
     """problem distribution for the corpus and the warm-up (task 'arith')"""
     task: str = "arith"
-    """'arith' (one-step a+b, a-b on small operands) or 'addition' (multi-digit column addition, scratchpad)"""
+    """'arith' (one-step a+b, a-b on small operands), 'addition' (multi-digit column addition,
+    scratchpad) or 'code' (short stdin Python programs, `xrpo_verl.local.code_task`)"""
     addition: addition_task.AdditionConfig = field(default_factory=addition_task.AdditionConfig)
     """problem distribution for the corpus and the warm-up (task 'addition')"""
+    code: code_task.CodeConfig = field(default_factory=code_task.CodeConfig)
+    """problem distribution for the corpus and the warm-up (task 'code')"""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
@@ -98,22 +101,33 @@ class TinyModelConfig:
             del fields["task"], fields["addition"]
         if not self.sft_schedule_steps:
             del fields["sft_schedule_steps"]
-        blob = json.dumps({**fields, "solution_format": SOLUTION_FORMAT}, sort_keys=True)
+        extra = {}
+        if self.task == "code":
+            extra["code_format"] = code_task.CODE_FORMAT
+        else:  # added with the code task: the other tasks' models keep their cache key
+            del fields["code"]
+        blob = json.dumps({**fields, "solution_format": SOLUTION_FORMAT, **extra}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def sample_problems(self, n: int, seed: int) -> list:
         """`n` problems of this model's task (objects with `.question` and `.answer`)."""
         if self.task == "addition":
             return addition_task.sample_problems(n, seed, self.addition)
+        if self.task == "code":
+            return code_task.sample_problems(n, seed, self.code)
         return arith.sample_problems(n, seed, self.arith)
 
     def solution_text(self, problem) -> str:
         """The warm-up's target response for `problem`."""
+        if self.task == "code":
+            return code_task.solution_text(problem)
         return addition_task.solution_text(problem) if self.task == "addition" else arith.solution_text(problem)
 
     @property
     def max_response_tokens(self) -> int:
         """Longest warm-up response in tokens, with room to spare (digits are one token each)."""
+        if self.task == "code":
+            return 48
         return 24 if self.task == "arith" else 12 * (self.addition.max_digits + 1) + 8
 
 
@@ -244,6 +258,8 @@ def greedy_accuracy(model, tokenizer, problems, max_new_tokens: int = 24) -> flo
         ),
     )
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    if isinstance(problems[0], code_task.CodeProblem):  # the reference program verbatim (no sandbox here)
+        return sum(t.strip() == p.answer for p, t in zip(problems, texts, strict=True)) / len(problems)
     scores = [compute_score(arith.DATA_SOURCE, t, str(p.answer))["score"] for p, t in zip(problems, texts, strict=True)]
     return sum(scores) / max(1, len(scores))
 
@@ -260,6 +276,7 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
     tokenizer = build_tokenizer(config)
     model = build_model(config, tokenizer)
     losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0)
+    # task 'code': the share of greedy responses equal to the reference program (a lower bound on AC)
     accuracy = greedy_accuracy(
         model, tokenizer, config.sample_problems(200, config.seed + 3), config.max_response_tokens
     )

@@ -10,6 +10,10 @@ error (verdict SE, or the judge raising) is retried `se_retries` times and then 
 URLs, a request a server refused (down, or 503) goes to the next one (sandbox/remote.py).
 Verdicts: the sandbox's (AC WA TLE MLE RE CE OLE), plus `no_code` (no fenced block) and
 `bad_language` (a language the sandbox does not run, or C++ for a Python function-call problem).
+Timing, for the trainer's per-step sandbox metrics (`step_metrics`): `sandbox_s` (seconds in
+`sandbox.judge`, all attempts), `sandbox_start` / `sandbox_end` (wall-clock epoch seconds around
+them) and `attempts` (judge calls; more than one means a sandbox error was retried). A row that
+never reached the sandbox has all four at 0.
 """
 
 from __future__ import annotations
@@ -111,7 +115,37 @@ def resolve_problem(ground_truth: object, extra_info: dict | None) -> dict:
     return problem
 
 
-def _result(verdict: str, score: float, reason: str = "", passed: int = 0, total: int = 0, language: str = "") -> dict:
+# Verdicts a code row can get (SE never reaches a score: it is retried, then raised).
+VERDICTS = ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE", "SE", "no_code", "bad_language")
+# Zeros for a row that did not run in the sandbox (also what math rows carry).
+NO_SANDBOX = {"sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0, "attempts": 0}
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """A judge result with the time the sandbox took (all attempts) and how many attempts."""
+
+    result: object
+    """`sandbox.JudgeResult` of the last attempt (never SE)"""
+    seconds: float
+    """time inside `sandbox.judge`, summed over attempts (retry backoff excluded)"""
+    start: float
+    """epoch seconds when the first attempt began"""
+    end: float
+    """epoch seconds when the last attempt returned"""
+    attempts: int
+    """judge calls made (1 + retries)"""
+
+
+def _result(
+    verdict: str,
+    score: float,
+    reason: str = "",
+    passed: int = 0,
+    total: int = 0,
+    language: str = "",
+    timing: dict = NO_SANDBOX,
+) -> dict:
     return {
         "score": score,
         "acc": float(verdict == "AC"),
@@ -121,17 +155,22 @@ def _result(verdict: str, score: float, reason: str = "", passed: int = 0, total
         "passed": passed,
         "total": total,
         "language": language,
+        **timing,
     }
 
 
-def judge_with_retries(problem: dict, code: str, language: str, config: CodeRewardConfig = DEFAULT_CONFIG):
+def judge_with_retries(
+    problem: dict, code: str, language: str, config: CodeRewardConfig = DEFAULT_CONFIG
+) -> JudgeOutcome:
     """`sandbox.judge`, retried on SE or a raised judge error; `SandboxFailure` after the last try."""
     from sandbox import Verdict, judge
 
     failures = []
+    seconds, start = 0.0, time.time()
     for attempt in range(config.se_retries + 1):
         if attempt:
             time.sleep(config.retry_backoff_s * 2 ** (attempt - 1))
+        tic = time.perf_counter()
         try:
             result = judge(
                 problem,
@@ -143,10 +182,12 @@ def judge_with_retries(problem: dict, code: str, language: str, config: CodeRewa
         except ValueError:  # a bad problem or argument: retrying cannot help
             raise
         except Exception as exc:  # the judge failed, not the submission
+            seconds += time.perf_counter() - tic
             failures.append(f"{type(exc).__name__}: {exc}")
             continue
+        seconds += time.perf_counter() - tic
         if result.verdict != Verdict.SE:
-            return result
+            return JudgeOutcome(result, seconds, start, time.time(), attempt + 1)
         failures.append(f"SE: {json.dumps(result.to_dict(), default=str)[:300]}")
     raise SandboxFailure(
         f"sandbox failed {len(failures)} times on problem {problem.get('id')!r} ({language}): " + " | ".join(failures)
@@ -163,7 +204,8 @@ def compute_score(
     """verl custom reward for code.
 
     Returns:
-        {"score", "acc" (1.0 iff AC), "pred" (''), "verdict", "reason", "passed", "total", "language"}
+        {"score", "acc" (1.0 iff AC), "pred" (''), "verdict", "reason", "passed", "total", "language",
+         "sandbox_s", "sandbox_start", "sandbox_end", "attempts"}
     """
     problem = resolve_problem(ground_truth, extra_info)
     total = len(problem["tests"])
@@ -179,10 +221,62 @@ def compute_score(
     if problem.get("kind") == "functional" and language != "python":
         reason = f"problem {problem.get('id')!r} is a Python function-call problem; the block is {language!r}"
         return _result("bad_language", 0.0, reason, total=total, language=language)
-    result = judge_with_retries(problem, block.code, language, config)
+    outcome = judge_with_retries(problem, block.code, language, config)
+    result = outcome.result
     verdict = str(getattr(result.verdict, "value", result.verdict))
     if config.reward_mode == "fraction":
         score = result.passed / total
     else:
         score = float(verdict == "AC")
-    return _result(verdict, score, passed=result.passed, total=total, language=language)
+    timing = {
+        "sandbox_s": outcome.seconds,
+        "sandbox_start": outcome.start,
+        "sandbox_end": outcome.end,
+        "attempts": outcome.attempts,
+    }
+    return _result(verdict, score, passed=result.passed, total=total, language=language, timing=timing)
+
+
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end] intervals: the wall time during which any call ran."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
+    """Per-step sandbox metrics from the rows' reward_extra_info (rows without a verdict are ignored).
+
+    reward/verdict/<V>: code rows with verdict V (every V of `VERDICTS`, zeros included);
+    reward/sandbox/runs: judge calls (retries included); reward/sandbox/retries: calls beyond the
+    first; reward/sandbox/judge_s: seconds summed over rows; reward/sandbox/busy_s: wall time
+    during which at least one call ran (union of the rows' [start, end]); reward/sandbox/share:
+    busy_s / step_s (0 when step_s is 0).
+    """
+    counts = dict.fromkeys(VERDICTS, 0)
+    runs, judge_s, intervals = 0, 0.0, []
+    for info in infos:
+        verdict = str(info.get("verdict", "") or "")
+        if verdict:
+            counts[verdict] = counts.get(verdict, 0) + 1
+        attempts = int(info.get("attempts", 0) or 0)
+        runs += attempts
+        judge_s += float(info.get("sandbox_s", 0.0) or 0.0)
+        if attempts:
+            intervals.append((float(info["sandbox_start"]), float(info["sandbox_end"])))
+    busy = busy_seconds(intervals)
+    out = {f"reward/verdict/{v}": float(c) for v, c in counts.items()}
+    out.update(
+        {
+            "reward/sandbox/runs": float(runs),
+            "reward/sandbox/retries": float(runs - len(intervals)),
+            "reward/sandbox/judge_s": judge_s,
+            "reward/sandbox/busy_s": busy,
+            "reward/sandbox/share": busy / step_s if step_s > 0 else 0.0,
+        }
+    )
+    return out

@@ -18,7 +18,8 @@ DEFAULT_CODE_SOURCES = ("code", "livecodebench", "codeforces", "open-r1/codeforc
 
 # Every scorer result is reduced to these keys, so all rows of a batch carry the same
 # reward_extra_info keys (verl builds its columns from the first row's keys).
-RESULT_KEYS = ("score", "acc", "pred", "verdict", "reason")
+# The sandbox timing keys are 0 on rows that did not run in the sandbox (math rows included).
+RESULT_KEYS = ("score", "acc", "pred", "verdict", "reason", *code_reward.NO_SANDBOX)
 
 
 @dataclass(frozen=True)

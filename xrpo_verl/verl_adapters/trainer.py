@@ -38,6 +38,7 @@ from verl.workers.utils.padding import response_to_nested
 from xrpo_verl import advantages as adv_lib
 from xrpo_verl import planner
 from xrpo_verl.config import ICLConfig
+from xrpo_verl.rewards import code as code_reward
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters.agent_loops import (
     ICL_AGENT,
@@ -503,6 +504,17 @@ class XrpoTrainer(PPOTrainerSync):
         metrics["xrpo/time_s/plugin"] = self._xrpo_plugin_s
         step_s = timing_raw.get("step", 0.0)
         metrics["xrpo/time_share/plugin"] = self._xrpo_plugin_s / step_s if step_s > 0 else 0.0
+        metrics.update(code_reward.step_metrics(self._reward_infos(batch), step_s))
+
+    @staticmethod
+    def _reward_infos(batch) -> list[dict]:
+        """The step's rows' reward_extra_info (verl keeps it in TransferQueue, in `extra_fields`)."""
+        rows = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        if not rows:
+            return []
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        extra = [getattr(value, "data", value) for value in data["extra_fields"]]  # as verl's replay_buffer reads it
+        return [dict(extra[i].get("reward_extra_info", None) or {}) for i in rows if isinstance(extra[i], dict)]
 
     def _save_checkpoint(self):
         step_dir = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")

@@ -1,0 +1,249 @@
+"""Code RL end to end: verl's `main_ppo` (XRPO trainer mode) trains on rewards judged in the sandbox.
+
+One run per backend (bubblewrap, Docker), 2 steps of 4 prompts of the tiny code task
+(`xrpo_verl.local.code_task`); the reward is `reward.reward_manager.name=xrpo`, so verl's reward-loop
+workers (Ray actors) judge every response in the sandbox. verl dumps every rollout
+(`trainer.rollout_data_dir`) and the test checks the run against it:
+
+- every reward came from a sandbox verdict: per step, the verdict counts the trainer logged add up
+  to the rows dumped, and the sandbox runs it logged are the judged rows plus the retries;
+- the dumped score of every response is what the sandbox says when the test judges it again
+  (AC -> 1, anything else -> 0), and the run had both;
+- planted rows: two problems whose hidden tests contradict their statement (`a+b+1` stated,
+  `a+b+2` tested; code_task.planted_problems). Any program that does what the statement says gets
+  WA, so every planted row must score 0; those whose program passes the statement's own tests
+  (re-judged here) show a right-looking program scored 0 because the sandbox said WA;
+- SE (Docker run): a thread kills the sandbox containers while the run judges; the backend retries
+  on a fresh container (sandbox/backends/docker.py) or the scorer retries the SE, so no row has
+  verdict SE and the run completes (xrpo_verl/rewards/code.py: SE is retried, else the run stops,
+  never scored 0); the retry is seen in the trainer log or the logged retries;
+- nothing is left behind: no sandbox process, container, held uid lease or temp dir (bwrap; on
+  Docker the containers and the temp root outlive the run: an expected failure, see its test).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sandbox.backends.bwrap import bwrap_available
+from sandbox.backends.docker import LABEL, docker_available
+from xrpo_verl.local import code_rl, code_task, launch
+from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.rewards.code import VERDICTS, CodeRewardConfig, compute_score
+
+pytestmark = pytest.mark.slow
+
+STEPS, PROMPTS, N = 2, 4, 4
+SANDBOX_VERDICTS = ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE")
+DOCKER_RETRY_LOG = "retrying on a fresh one"
+
+
+def _unavailable(backend: str) -> str | None:
+    return bwrap_available() if backend == "bwrap" else docker_available()
+
+
+def _containers() -> set[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True, text=True, check=False
+    )
+    return set(out.stdout.split())
+
+
+def _sandbox_state() -> dict[str, set]:
+    """What a sandbox run leaves if it leaks: temp dirs, processes, containers, held uid locks."""
+    tmp = tempfile.gettempdir()
+    dirs = {
+        p for pattern in ("xrpo-sbx-*", "xrpo-job-*", "xrpo-docker-*") for p in glob.glob(os.path.join(tmp, pattern))
+    }
+    procs = set()
+    for pid in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if pid.isdigit() and os.path.basename(cmd) == b"bwrap":
+            procs.add(pid)
+    held = set()
+    for lock in glob.glob(os.path.expanduser("~/.cache/xrpo-sandbox/**/uid-*.lock"), recursive=True) + glob.glob(
+        "/run/xrpo-sandbox/uid-*.lock"
+    ):
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+            except OSError:
+                held.add(lock)
+    containers = _containers() if docker_available() is None else set()
+    return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": containers}
+
+
+class ContainerKiller(threading.Thread):
+    """Kills the run's sandbox containers `times` times, `gap_s` apart, once they exist."""
+
+    def __init__(self, before: set[str], times: int = 2, gap_s: float = 8.0):
+        super().__init__(daemon=True)
+        self.before, self.times, self.gap_s = before, times, gap_s
+        self.killed: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while len(self.killed) < self.times and not self.stop.wait(0.5):
+            ours = sorted(_containers() - self.before - set(self.killed))
+            if ours:
+                subprocess.run(["docker", "kill", ours[0]], capture_output=True, check=False)
+                self.killed.append(ours[0])
+                self.stop.wait(self.gap_s)
+
+
+def _problems(path: Path) -> dict[str, dict]:
+    rows = pd.read_parquet(path)
+    return {json.loads(e["problem"])["id"]: json.loads(e["problem"]) for e in rows["extra_info"]}
+
+
+@pytest.fixture(scope="module")
+def code_model_dir() -> Path:
+    from xrpo_verl.local import tiny_model
+
+    return tiny_model.build(code_rl.MODEL)
+
+
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def run(request, code_model_dir, tmp_path_factory):
+    backend = request.param
+    reason = _unavailable(backend)
+    if reason:
+        pytest.skip(f"{backend} unavailable: {reason}")
+    root = tmp_path_factory.mktemp(f"code_{backend}")
+    setting = replace(code_rl.CodeSetting(), steps=STEPS, prompts_per_step=PROMPTS, n=N, backend=backend)
+    train_problems, heldout = code_task.train_and_heldout(setting.n_heldout, setting.data_seed)
+    # 6 regular + 2 planted rows = the 8 prompts of the 2 steps (one epoch)
+    rows = code_task.verl_rows(train_problems[:6], "train") + code_task.verl_rows(
+        code_task.planted_problems(), "train", planted=True
+    )
+    train = root / "train.parquet"
+    pd.DataFrame(rows).to_parquet(train)
+    val = root / "val.parquet"
+    pd.DataFrame(code_task.verl_rows(heldout[:4], "test")).to_parquet(val)
+    cpu = code_rl.cpu_run(root / "out", setting, data=(train, val))
+    before = _sandbox_state()
+    killer = ContainerKiller(before["containers"]) if backend == "docker" else None
+    extra = code_rl.overrides(setting) + [
+        f"trainer.rollout_data_dir={root / 'rollouts'}",
+        "algorithm.xrpo.icl.max_example_tokens=48",  # a reference program is ~26 tokens
+    ]
+    start = time.time()
+    if killer:
+        killer.start()
+    result = launch.launch(cpu, "xrpo", extra, timeout_s=900)
+    if killer:
+        killer.stop.set()
+        killer.join()
+    wall = time.time() - start
+    assert result.returncode == 0, result.stdout[-6000:]
+    dumped = {}
+    for step in range(1, STEPS + 1):
+        lines = (root / "rollouts" / f"{step}.jsonl").read_text().splitlines()
+        dumped[step] = [json.loads(line) for line in lines if line.strip()]
+    # The containers remove themselves once killed or closed; give Docker a moment.
+    deadline = time.time() + 10
+    after = _sandbox_state()
+    while after["containers"] - before["containers"] and time.time() < deadline:
+        time.sleep(1)
+        after = _sandbox_state()
+    print(f"\n{backend} run: {wall:.0f}s wall")
+    return {
+        "backend": backend,
+        "metrics": read_metrics(cpu.metrics_path),
+        "dumped": dumped,
+        "problems": _problems(train),
+        "log": result.stdout,
+        "killed": killer.killed if killer else [],
+        "before": before,
+        "after": after,
+    }
+
+
+def test_every_reward_came_from_a_sandbox_verdict(run):
+    metrics, dumped = run["metrics"], run["dumped"]
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    for step, m in metrics.items():
+        counts = {v: m[f"reward/verdict/{v}"] for v in VERDICTS}
+        print(step, {k: int(v) for k, v in counts.items() if v}, "sandbox busy", m["reward/sandbox/busy_s"])
+        assert sum(counts.values()) == len(dumped[step]) > 0
+        judged = sum(counts[v] for v in SANDBOX_VERDICTS)
+        assert m["reward/sandbox/runs"] == judged + m["reward/sandbox/retries"]
+        assert counts["SE"] == 0  # an SE is retried or stops the run; it never becomes a score
+        assert 0 < m["reward/sandbox/busy_s"] <= m["reward/sandbox/judge_s"] + 1e-6
+        assert 0 < m["reward/sandbox/share"] < 1
+
+
+def test_dumped_scores_agree_with_the_sandbox(run):
+    problems = run["problems"]
+    config = CodeRewardConfig(backend="bwrap" if bwrap_available() is None else run["backend"])
+    rows = [row for step in run["dumped"].values() for row in step]
+    verdicts = []
+    for row in rows:
+        result = compute_score(code_task.DATA_SOURCE, row["output"], None, {"problem": problems[row["gts"]]}, config)
+        verdicts.append(result["verdict"])
+        assert row["score"] == (1.0 if result["verdict"] == "AC" else 0.0), (row, result)
+    assert "AC" in verdicts and set(verdicts) - {"AC"}, verdicts  # both rewards occurred
+
+
+def test_planted_rows_score_zero_even_when_the_program_follows_the_statement(run):
+    problems = run["problems"]
+    config = CodeRewardConfig(backend="bwrap" if bwrap_available() is None else run["backend"])
+    planted = [row for step in run["dumped"].values() for row in step if row["gts"].startswith("planted/")]
+    assert planted
+    honest_ac = 0
+    for row in planted:
+        assert row["score"] == 0.0
+        honest = code_task.problem_dict(code_task.CodeProblem(*row["gts"].split("/")[2:]))
+        assert honest["id"] == problems[row["gts"]]["id"].removeprefix("planted/")
+        honest_ac += compute_score(code_task.DATA_SOURCE, row["output"], None, {"problem": honest}, config)["acc"]
+    print(f"planted rows: {len(planted)}, of which {honest_ac:.0f} follow the statement and still scored 0")
+
+
+def test_sandbox_errors_were_retried_never_scored(run):
+    if run["backend"] != "docker":
+        pytest.skip("SE is injected by killing Docker containers")
+    assert run["killed"], "the killer thread found no sandbox container to kill during the run"
+    retries = sum(m["reward/sandbox/retries"] for m in run["metrics"].values())
+    assert retries > 0 or DOCKER_RETRY_LOG in run["log"]
+    assert all(m["reward/verdict/SE"] == 0 for m in run["metrics"].values())
+
+
+def test_plugin_metrics_reach_verls_logger(run):
+    for m in run["metrics"].values():
+        assert {f"reward/verdict/{v}" for v in VERDICTS} <= set(m)
+        assert {"reward/sandbox/runs", "reward/sandbox/busy_s", "reward/sandbox/share"} <= set(m)
+
+
+def _leaks(run, kinds) -> dict:
+    before, after = run["before"], run["after"]
+    return {k: sorted(after[k] - before[k]) for k in kinds if after[k] - before[k]}
+
+
+def test_no_process_or_uid_lease_is_left_behind(run):
+    assert not _leaks(run, ("procs", "held uid locks"))
+
+
+def test_no_temp_dir_or_container_is_left_behind(run, request):
+    if run["backend"] == "docker":
+        # Found by this test: Ray ends the reward worker without running atexit, so the Docker
+        # backend's close() never runs; its containers go only when their keep-alive sees the
+        # host gone (120 s, sandbox/backends/docker.py) and its temp root stays. Strict: the fix
+        # turns this into a failure to remove the mark.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="Docker backend not closed in Ray reward workers"))
+    assert not _leaks(run, ("dirs", "containers"))

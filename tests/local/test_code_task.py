@@ -1,0 +1,82 @@
+"""The tiny code task: statements, hidden tests, splits and rows (judged in the real sandbox)."""
+
+import json
+
+import pytest
+
+from sandbox import Problem
+from sandbox.backends.bwrap import bwrap_available
+from xrpo_verl.local import code_task
+from xrpo_verl.local.code_task import CodeProblem
+from xrpo_verl.local.tiny_model import TinyModelConfig
+from xrpo_verl.rewards.code import CodeRewardConfig, compute_score
+from xrpo_verl.rewards.routing import scorer_kind
+
+needs_bwrap = pytest.mark.skipif(bwrap_available() is not None, reason=f"no bubblewrap: {bwrap_available()}")
+BWRAP = CodeRewardConfig(backend="bwrap")
+
+
+def test_statement_program_and_hidden_tests_by_hand():
+    p = CodeProblem("pair", "a*b+3")
+    assert p.question == "Read a and b. Print a*b+3."
+    assert p.answer == "```python\na,b=map(int,input().split())\nprint(a*b+3)\n```"
+    d = code_task.problem_dict(p)
+    assert (d["id"], d["judge"], d["kind"]) == ("tiny/pair/a*b+3", "livecodebench", "stdio")
+    assert len(d["tests"]) == code_task.TESTS_PER_PROBLEM
+    for t in d["tests"]:
+        a, b = map(int, t["input"].split())
+        assert t["output"] == f"{a * b + 3}\n"
+    Problem.from_dict(d)
+    assert code_task.problem_dict(p) == d  # deterministic
+    s = code_task.problem_dict(CodeProblem("list", "*sorted(x)"))
+    for t in s["tests"]:
+        assert t["output"] == " ".join(map(str, sorted(map(int, t["input"].split())))) + "\n"
+
+
+def test_behaviour_duplicates_are_dropped_and_splits_are_disjoint():
+    problems = code_task.all_problems()
+    exprs = {p.expr for p in problems}
+    assert "a+b+1" in exprs and "b+a+1" not in exprs and "a+1+b" not in exprs  # same program as a+b+1
+    assert len(problems) == len(set(problems))
+    train, heldout = code_task.train_and_heldout(32, seed=5)
+    assert len(heldout) == 32 and len(train) + 32 == len(problems)
+    assert not set(train) & set(heldout)
+
+
+def test_planted_tests_contradict_the_statement():
+    for p in code_task.planted_problems():
+        honest, planted = code_task.problem_dict(p), code_task.planted_problem_dict(p)
+        assert planted["id"] == "planted/" + honest["id"]
+        for h, t in zip(honest["tests"], planted["tests"], strict=True):
+            assert h["input"] == t["input"] and int(t["output"]) == int(h["output"]) + 1
+
+
+def test_rows_follow_the_converters_shape_and_route_to_the_code_scorer(tmp_path):
+    train, heldout = code_task.write_parquets(tmp_path, 8, seed=1, n_train=5)
+    import pandas as pd
+
+    rows = pd.read_parquet(train)
+    assert len(rows) == 5 and len(pd.read_parquet(heldout)) == 8
+    row = rows.iloc[0]
+    problem = json.loads(row["extra_info"]["problem"])
+    assert row["reward_model"]["ground_truth"] == problem["id"] == row["extra_info"]["id"]
+    assert row["prompt"][0]["content"].startswith("Read ")
+    assert scorer_kind(row["data_source"]) == "code"
+
+
+def test_tokenizer_config_keeps_other_tasks_cache_keys():
+    # the `code` field was added later: arith and addition models keep the keys of their caches
+    assert TinyModelConfig().key == "d4a0fc2af417"
+    assert TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600).key == "02ccdde60cbe"
+    assert TinyModelConfig(task="code").key != TinyModelConfig(task="code", vocab_size=500).key
+
+
+@needs_bwrap
+def test_reference_programs_pass_and_planted_ones_fail_in_the_sandbox():
+    for p in code_task.all_problems()[::37] + [CodeProblem("list", "*x[::-1]")]:
+        result = compute_score(code_task.DATA_SOURCE, p.answer, None, {"problem": code_task.problem_dict(p)}, BWRAP)
+        assert (result["verdict"], result["score"]) == ("AC", 1.0), p
+    for p in code_task.planted_problems():
+        planted = code_task.planted_problem_dict(p)
+        result = compute_score(code_task.DATA_SOURCE, p.answer, None, {"problem": planted}, BWRAP)
+        assert (result["verdict"], result["score"]) == ("WA", 0.0), p

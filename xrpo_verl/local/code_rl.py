@@ -1,0 +1,138 @@
+"""Code RL on CPU: the tiny code task, with rewards judged in the sandbox by the `xrpo` reward manager.
+
+The same trainer as the math setting (`xrpo_verl.local.learning`), but the reward comes from
+`reward.reward_manager.name=xrpo`: verl's reward-loop workers (Ray actors) route each `code/...`
+row to `xrpo_verl.rewards.code`, which runs the response's last ```python block on the problem's
+hidden tests in the sandbox (bubblewrap, or Docker, or `python -m sandbox serve` nodes). Used by
+`make demo TASK=code` and the CI test tests/e2e/test_code_rl.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xrpo_verl.local import code_task, launch, tiny_model
+
+# The warm-up stops before the reference programs are learnt (its lr schedule is 600 steps long),
+# so that sampled programs pass on some problems and fail on others, the spread RL needs. The pass
+# rate at T=1 rises steeply with the steps here (README, "Code RL on CPU", has the measured curve).
+MODEL = tiny_model.TinyModelConfig(task="code", vocab_size=512, sft_steps=170, sft_schedule_steps=600)
+
+
+@dataclass(frozen=True)
+class CodeSetting:
+    """Sizes and trainer settings of a code-RL run."""
+
+    steps: int = 20
+    """training steps"""
+    prompts_per_step: int = 8
+    """prompts per step (B)"""
+    n: int = 4
+    """rollouts per prompt (GRPO's n; XRPO's n_avg)"""
+    lr: float = 3e-5
+    """actor learning rate"""
+    max_response_length: int = 48
+    """response budget in tokens (the reference programs take ~26)"""
+    n_heldout: int = 32
+    """held-out problems, disjoint from the training problems"""
+    val_samples: int = 4
+    """k samples per held-out problem at T=1 for the pass rate"""
+    data_seed: int = 5
+    """seed of the train/held-out split"""
+    backend: str = "bwrap"
+    """sandbox backend of the reward workers: bwrap | docker | remote"""
+    url: tuple[str, ...] = ()
+    """with backend=remote: the `python -m sandbox serve` URLs (spread, with fail-over)"""
+    max_concurrency: int = 4
+    """sandbox calls in flight per reward worker (reward.reward_kwargs.max_concurrency)"""
+    model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
+    """the warmed-up model"""
+
+
+def reward_overrides(backend: str, url: tuple[str, ...] = (), max_concurrency: int = 4) -> list[str]:
+    """Hydra overrides that take the reward from the sandbox instead of the in-process arithmetic scorer."""
+    out = [
+        "reward.reward_manager.name=xrpo",
+        "reward.custom_reward_function.path=null",  # launch.cpu_overrides sets the arithmetic scorer
+        f"+reward.reward_kwargs.max_concurrency={max_concurrency}",
+        f"+reward.reward_kwargs.code.backend={backend}",
+    ]
+    if url:
+        out.append("+reward.reward_kwargs.code.url=[" + ",".join(f"'{u}'" for u in url) + "]")
+    return out
+
+
+def prepare(out_dir: str | Path, setting: CodeSetting = CodeSetting()) -> tuple[Path, Path, Path]:
+    """Build (or reuse) the model and write the data; returns (model_dir, train.parquet, heldout.parquet)."""
+    model_dir = tiny_model.build(setting.model)
+    train, heldout = code_task.write_parquets(
+        Path(out_dir) / "data", setting.n_heldout, setting.data_seed, setting.model.code
+    )
+    return model_dir, train, heldout
+
+
+def heldout_problems(setting: CodeSetting = CodeSetting()) -> list[code_task.CodeProblem]:
+    return code_task.train_and_heldout(setting.n_heldout, setting.data_seed, setting.model.code)[1]
+
+
+def cpu_run(out_dir: str | Path, setting: CodeSetting = CodeSetting(), save_freq: int = -1, data=None) -> launch.CpuRun:
+    """The `CpuRun` of this setting under `out_dir`; `data` = (train, val) parquet paths to use instead."""
+    model_dir, train, heldout = prepare(out_dir, setting)
+    if data is not None:
+        train, heldout = data
+    return launch.CpuRun(
+        str(model_dir),
+        str(train),
+        str(heldout),
+        str(out_dir),
+        steps=setting.steps,
+        prompts_per_step=setting.prompts_per_step,
+        n=setting.n,
+        max_response_length=setting.max_response_length,
+        lr=setting.lr,
+        save_freq=save_freq,
+    )
+
+
+def overrides(setting: CodeSetting) -> list[str]:
+    return reward_overrides(setting.backend, setting.url, setting.max_concurrency)
+
+
+def sampled_pass_rates(
+    model, tokenizer, problems, k: int, max_new_tokens: int, backend: str = "bwrap", seed: int = 0
+) -> tuple[list[float], dict[str, int]]:
+    """Per-problem pass rate of k programs sampled at T=1, each judged in the sandbox; and the verdict counts."""
+    import torch
+    from transformers import GenerationConfig
+
+    from xrpo_verl.rewards.code import CodeRewardConfig, compute_score
+
+    config = CodeRewardConfig(backend=backend)
+    enc = tokenizer(
+        [tiny_model.chat_prompt(p.question) for p in problems],
+        return_tensors="pt",
+        padding=True,
+        add_special_tokens=False,
+    )
+    width = enc["input_ids"].shape[1]
+    sampling = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    rates, verdicts = [0.0] * len(problems), {}
+    torch.manual_seed(seed)
+    for _ in range(k):
+        with torch.no_grad():
+            ids = model.generate(**enc, generation_config=sampling)
+        texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
+        for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
+            result = compute_score(code_task.DATA_SOURCE, text, None, {"problem": code_task.problem_dict(p)}, config)
+            rates[i] += result["score"] / k
+            verdicts[result["verdict"]] = verdicts.get(result["verdict"], 0) + 1
+    return rates, verdicts
