@@ -8,7 +8,10 @@ they can neither kill it nor see another container's processes in the host's NPR
 Docker does not remap uids, so RLIMIT_NPROC counts a uid across all containers on the host: the
 submission uids are leased host-wide (uids.py), never shared with another process's pool.
 Containers are killed through the API, remove themselves when their keep-alive exits (it exits
-when the host stops touching /job/alive), and stale ones are collected at start-up.
+when the host stops touching /job/alive), and stale ones are collected at start-up. A pool whose
+process ends without `close()` (Ray ends its workers without atexit; a SIGKILL) is cleaned up by
+its reaper, a detached process that waits for the end of the pool's pipe and then removes the
+pool's containers and temp root.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import os
 import queue
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -35,6 +40,27 @@ LABEL = "xrpo.sandbox"
 _HOST = socket.gethostname()
 # Exits (and so removes the container) once /job/alive is 120 s stale: the host died.
 _KEEPALIVE = "while sleep 5; do [ $(( $(date +%s) - $(stat -c %Y /job/alive) )) -lt 120 ] || exit 0; done"
+# The reaper (argv: label, pool id, temp root). It forks so that it is no child of the pool's
+# process (Ray ends a worker's children with it), then blocks on stdin, the read end of a pipe
+# whose only write end the pool holds: the read returns when the pool closes it or its process
+# ends, however it ends. Self-contained, so it needs nothing of this package on sys.path.
+_REAPER = """
+import os, shutil, sys
+label, pool, root = sys.argv[1:4]
+if os.fork():
+    os._exit(0)
+sys.stdin.buffer.read()
+try:
+    import docker
+    client = docker.from_env(timeout=60)
+    for c in client.containers.list(all=True, sparse=True, filters={"label": [label + ".pool=" + pool]}):
+        try:
+            c.remove(force=True)
+        except Exception:
+            pass
+finally:
+    shutil.rmtree(root, ignore_errors=True)
+"""
 
 
 @dataclass
@@ -118,6 +144,8 @@ class DockerBackend(Backend):
         self._closed = threading.Event()
         self._root = tempfile.mkdtemp(prefix="xrpo-docker-")
         os.chmod(self._root, 0o711)
+        self._pool_id = os.path.basename(self._root)  # unique on this host while the root exists
+        self._reaper_fd = _start_reaper(self._pool_id, self._root)
         collect_stale(self.client)
         threading.Thread(target=self._heartbeat, daemon=True, name="xrpo-docker-heartbeat").start()
         atexit.register(self.close)
@@ -151,7 +179,12 @@ class DockerBackend(Backend):
             volumes={job: {"bind": "/job", "mode": "ro"}},
             working_dir=WORK,
             environment={},
-            labels={LABEL: "1", f"{LABEL}.host": _HOST, f"{LABEL}.pid": str(os.getpid())},
+            labels={
+                LABEL: "1",
+                f"{LABEL}.host": _HOST,
+                f"{LABEL}.pid": str(os.getpid()),
+                f"{LABEL}.pool": self._pool_id,
+            },
         )
         return _Worker(container, job, uid)
 
@@ -219,6 +252,8 @@ class DockerBackend(Backend):
             self._discard(w)
         shutil.rmtree(self._root, ignore_errors=True)
         self._lease.release()
+        with contextlib.suppress(OSError):
+            os.close(self._reaper_fd)  # the reaper wakes, finds nothing left, and exits
 
     @property
     def uids(self) -> list[int]:
@@ -321,6 +356,27 @@ class DockerSession(Session):
             self.w.broken = True
             return [RunResult(RunStatus.ERROR, message=f"runner exited {code}: {err[-500:].decode(errors='replace')}")]
         return report.finish(killed.is_set(), err)
+
+
+def _start_reaper(pool_id: str, root: str) -> int:
+    """Start the pool's reaper (see _REAPER); returns the pipe's write end, which the pool keeps
+    open until `close()`; like every fd of os.pipe it is not inherited across exec."""
+    read_end, write_end = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-c", _REAPER, LABEL, pool_id, root],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # no signal to this process group reaches it
+        )
+        child.wait()  # the first process exits at once; its forked child is the reaper
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return write_end
 
 
 def collect_stale(client) -> int:

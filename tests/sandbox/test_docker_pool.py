@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
 from sandbox import Verdict, judge
@@ -51,3 +56,51 @@ def test_without_reuse_every_submission_gets_a_new_container():
                 seen.append(s.w.container.id)
         assert seen[0] != seen[1]
         assert judge(AB, SOL, "python", backend=be).verdict is Verdict.AC
+
+
+# A process that judges one submission on a Docker pool and is then killed with SIGKILL, as Ray
+# ends its reward workers (no atexit, so no close()). It prints the pool's id and temp root first.
+KILLED_OWNER = """
+import os, signal, sys
+from sandbox import judge
+from sandbox.backends.docker import DockerBackend, DockerConfig
+be = DockerBackend(DockerConfig(workers=1))
+assert judge(AB, SOL, "python", backend=be).verdict.value == "AC"
+print(be._pool_id, be._root, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _pool_containers(pool_id: str) -> list:
+    import docker
+
+    return docker.from_env().containers.list(all=True, filters={"label": f"xrpo.sandbox.pool={pool_id}"})
+
+
+def test_a_pool_whose_process_is_killed_leaves_no_container_or_temp_root():
+    if reason := docker_available():
+        pytest.skip(reason)
+    script = f"AB = {AB!r}\nSOL = {SOL!r}\n" + KILLED_OWNER
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # it did die by SIGKILL, without cleaning up
+    pool_id, root = proc.stdout.split()
+    deadline = time.time() + 60
+    while (os.path.exists(root) or _pool_containers(pool_id)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not os.path.exists(root), "the pool's temp root outlived its process"
+    assert not _pool_containers(pool_id), "the pool's container outlived its process"
+
+
+def test_close_leaves_the_next_pool_of_the_same_process_alone():
+    """The reaper of a closed pool wakes at close(); it must remove only its own pool's containers."""
+    if reason := docker_available():
+        pytest.skip(reason)
+    first = DockerBackend(DockerConfig(workers=1))
+    assert judge(AB, SOL, "python", backend=first).verdict is Verdict.AC
+    first.close()
+    with DockerBackend(DockerConfig(workers=1)) as second:
+        assert judge(AB, SOL, "python", backend=second).verdict is Verdict.AC
+        time.sleep(3)  # the first pool's reaper has woken and swept by now
+        assert _pool_containers(second._pool_id), "the first pool's reaper removed the second pool's container"
+        assert judge(AB, SOL, "python", backend=second).verdict is Verdict.AC
+    assert not _pool_containers(first._pool_id)
