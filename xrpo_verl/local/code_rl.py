@@ -17,7 +17,7 @@ from xrpo_verl.local import code_task, launch, tiny_model
 # The warm-up stops before the reference programs are learnt (its lr schedule is 600 steps long),
 # so that sampled programs pass on some problems and fail on others, the spread RL needs. The pass
 # rate at T=1 rises steeply with the steps here (README, "Code RL on CPU", has the measured curve).
-MODEL = tiny_model.TinyModelConfig(task="code", vocab_size=512, sft_steps=170, sft_schedule_steps=600)
+MODEL = tiny_model.TinyModelConfig(task="code", vocab_size=512, sft_steps=165, sft_schedule_steps=600)
 
 
 @dataclass(frozen=True)
