@@ -106,7 +106,7 @@ def measure(checkpoint: Path | None, setting, seed: int) -> dict:
 
     torch.set_num_threads(1)
     model_dir = tiny_model.build(setting.model)
-    heldout = learning.heldout_problems(setting)
+    heldout = learning.heldout_problems(setting, setting.n_eval)
     model = learning.load_actor(model_dir, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     found = learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length, seed)

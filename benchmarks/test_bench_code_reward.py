@@ -31,19 +31,7 @@ needs_bwrap = pytest.mark.skipif(bwrap_available() is not None, reason=f"no bubb
 
 
 @pytest.fixture(scope="module")
-def batch_and_tokenizer():
-    import numpy as np
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from verl import DataProto
-
-    # A byte-level tokenizer with no merges: every byte is one token, enough to round-trip code.
-    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}, merges=[]))
-    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    bpe.add_special_tokens(["<pad>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
-
+def batch_and_tokenizer(byte_tokenizer, response_batch):
     problems = code_task.all_problems()[:N]
     texts, infos, expected = [], [], []
     for i, p in enumerate(problems):
@@ -51,20 +39,8 @@ def batch_and_tokenizer():
         texts.append(p.answer if right else p.answer.replace("print(", "print(1+"))
         infos.append({"problem": json.dumps(code_task.problem_dict(p))})
         expected.append("AC" if right else "WA")
-    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, ids))
-    responses = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    prompts = torch.zeros(len(ids), 2, dtype=torch.long)
-    mask = torch.cat([torch.ones(len(ids), 2, dtype=torch.long), (responses != tok.pad_token_id).long()], dim=1)
-    batch = DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "attention_mask": mask},
-        non_tensors={
-            "data_source": np.array([code_task.DATA_SOURCE] * len(ids), dtype=object),
-            "reward_model": np.array([{"ground_truth": p.id} for p in problems], dtype=object),
-            "extra_info": np.array(infos, dtype=object),
-        },
-    )
-    return batch, tok, expected
+    sources, truths = [code_task.DATA_SOURCE] * len(texts), [p.id for p in problems]
+    return response_batch(byte_tokenizer, texts, sources, truths, infos), byte_tokenizer, expected
 
 
 def _manager(tok, concurrency: int):

@@ -128,37 +128,16 @@ def test_bench_code_plain_judge_loop_baseline(benchmark):
 
 
 @needs_bwrap
-def test_bench_code_through_manager(benchmark):
-    import numpy as np
-    import torch
+def test_bench_code_through_manager(benchmark, byte_tokenizer, response_batch):
     from omegaconf import OmegaConf
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-    from verl import DataProto
 
     from sandbox.backends.bwrap import BwrapConfig
     from xrpo_verl.rewards.manager import XrpoRewardManager
 
-    # A byte-level tokenizer with no merges: every byte is one token, enough to round-trip code.
-    bpe = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}, merges=[]))
-    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
-    bpe.add_special_tokens(["<pad>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
-
+    tok = byte_tokenizer
     texts = [f"```python\n{code}```" for code in _submissions()]
-    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    width = max(map(len, ids))
-    responses = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-    prompts = torch.zeros(len(ids), 2, dtype=torch.long)
-    mask = torch.cat([torch.ones(len(ids), 2, dtype=torch.long), (responses != tok.pad_token_id).long()], dim=1)
-    batch = DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "attention_mask": mask},
-        non_tensors={
-            "data_source": np.array(["code/bench"] * len(ids), dtype=object),
-            "reward_model": np.array([{"ground_truth": "sum"}] * len(ids), dtype=object),
-            "extra_info": np.array([{"problem": json.dumps(PROBLEM)}] * len(ids), dtype=object),
-        },
-    )
+    n = len(texts)
+    batch = response_batch(tok, texts, ["code/bench"] * n, ["sum"] * n, [{"problem": json.dumps(PROBLEM)}] * n)
     slots = BwrapConfig().workers
     config = OmegaConf.create({"reward": {"reward_kwargs": {"max_concurrency": slots, "code": {"backend": "bwrap"}}}})
     manager = XrpoRewardManager(config, tok, None)

@@ -55,3 +55,14 @@ def test_accuracy_standard_error_is_over_problems():
     acc = learning.accuracy([0.0, 1.0, 0.5, 0.5])
     assert acc.mean == 0.5 and acc.never == 1 and acc.always == 1
     assert acc.se == pytest.approx((1 / 6) ** 0.5 / 2)  # sample variance of (0,1,.5,.5) is 1/6
+
+
+def test_measurement_set_extends_the_heldout_set_without_training_problems():
+    setting = learning.LearningSetting(n_train=500, n_heldout=30, n_eval=120)
+    train, heldout = addition.train_and_heldout(500, 30, setting.data_seed, setting.model.addition)
+    measured = learning.heldout_problems(setting, setting.n_eval)
+    key = lambda p: (min(p.a, p.b), max(p.a, p.b))  # noqa: E731
+    assert measured[:30] == heldout  # verl's in-run validation set comes first, unchanged
+    assert len({key(p) for p in measured}) == 120  # distinct, a+b and b+a counted once
+    assert not {key(p) for p in measured} & {key(p) for p in train}
+    assert learning.heldout_problems(setting) == heldout

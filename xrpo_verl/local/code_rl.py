@@ -81,18 +81,7 @@ def cpu_run(out_dir: str | Path, setting: CodeSetting = CodeSetting(), save_freq
     model_dir, train, heldout = prepare(out_dir, setting)
     if data is not None:
         train, heldout = data
-    return launch.CpuRun(
-        str(model_dir),
-        str(train),
-        str(heldout),
-        str(out_dir),
-        steps=setting.steps,
-        prompts_per_step=setting.prompts_per_step,
-        n=setting.n,
-        max_response_length=setting.max_response_length,
-        lr=setting.lr,
-        save_freq=save_freq,
-    )
+    return launch.CpuRun.from_setting(setting, model_dir, train, heldout, out_dir, save_freq)
 
 
 def overrides(setting: CodeSetting) -> list[str]:

@@ -143,7 +143,7 @@ def measure(model_dir: Path, checkpoint: Path | None, setting: learning.Learning
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    heldout = learning.heldout_problems(setting)
+    heldout = learning.heldout_problems(setting, setting.n_eval)
     model = learning.load_actor(model_dir, checkpoint)
     return learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length)
 

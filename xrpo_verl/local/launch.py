@@ -60,6 +60,20 @@ class CpuRun:
                 f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}"
             )
 
+    @classmethod
+    def from_setting(cls, setting, model_dir, train_file, val_file, out_dir, save_freq: int = -1) -> "CpuRun":
+        """The run of a task's setting (`learning.LearningSetting`, `code_rl.CodeSetting`): its
+        steps, prompts_per_step, n, max_response_length and lr, on the given model and data."""
+        sizes = ("steps", "prompts_per_step", "n", "max_response_length", "lr")
+        return cls(
+            str(model_dir),
+            str(train_file),
+            str(val_file),
+            str(out_dir),
+            save_freq=save_freq,
+            **{k: getattr(setting, k) for k in sizes},
+        )
+
     @property
     def metrics_path(self) -> Path:
         return Path(self.out_dir) / "metrics.jsonl"
