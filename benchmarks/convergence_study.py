@@ -5,11 +5,15 @@ seed it trains the learning setting (`xrpo_verl/local/learning.py`: the tiny mod
 up on column addition, a disjoint held-out set) with `xrpo_verl/local/recipes/<method>.yaml` and the same
 rollouts per prompt for every method (GRPO's n = XRPO's n_avg); verl validates on the held-out set
 every `--val-every` steps (k samples at T=1: mean@k and pass@k); the final weights are then
-measured greedy and mean@k with standard errors over problems. Reported per method: the curves
-against step and against rollouts generated, steps to the target mean@k with a bootstrap
-confidence interval over seeds, and before/after accuracy per seed.
+measured greedy and mean@k on `n_eval` problems (the held-out sums and more, none trained on).
+Reported per method: mean@k and pass@k curves against step and against rollouts generated, steps
+to the target mean@k with a bootstrap confidence interval over seeds, the after-training accuracy,
+and its difference from GRPO's on the same seed (same data order) with a bootstrap interval.
+`xrpo_planner` and `xrpo_planner_icl` are XRPO's ablations (xrpo = planner + ICL + sharpening).
 
-Resumable: a run that finished has `done.json` and is reused; an interrupted one starts again.
+Resumable: a run that finished has `done.json` (the measured accuracy, the validation curve and
+per-step metrics of every part; small enough to keep in git) and is reused; an interrupted one
+starts again.
 
     python benchmarks/convergence_study.py --methods grpo --seeds 0 1 2 --out outputs/convergence
     python benchmarks/convergence_study.py --report-only --out outputs/convergence   # table + plot
@@ -29,6 +33,21 @@ import numpy as np
 VAL_ACC = re.compile(r"^val-core/.+/acc/mean@(\d+)$")
 VAL_PASS = re.compile(r"^val-core/.+/acc/best@(\d+)/mean$")
 ROLLOUTS_MEAN = "xrpo/alloc/n_q/mean"  # the planner's rollouts per prompt (XRPO); GRPO uses n
+# Per-step metrics kept in each run's done.json: the training reward and what each part did.
+SERIES = (
+    "critic/score/mean",
+    "timing_s/step",
+    "actor/entropy",
+    ROLLOUTS_MEAN,
+    "xrpo/alloc/n_q/min",
+    "xrpo/alloc/n_q/max",
+    "xrpo/icl/triggers",
+    "xrpo/icl/flips",
+    "xrpo/sharpening/bonus_share",
+    "xrpo/novelty/bonus_share",
+    "xrpo/guided/injected",
+    "xrpo/guided/success_rate",
+)
 
 
 def read_metrics(path: Path) -> dict[int, dict]:
@@ -90,15 +109,35 @@ def run_one(method: str, seed: int, args) -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
     after = measure(run.ckpt_dir / f"global_step_{args.steps}" / "actor", setting, seed)
-    (out / "done.json").write_text(json.dumps({"method": method, "seed": seed, "after": after}))
+    record = {"method": method, "seed": seed, "after": after, **compact(read_metrics(run.metrics_path), setting)}
+    (out / "done.json").write_text(json.dumps(record))
     import shutil
 
     shutil.rmtree(run.ckpt_dir)  # ~60 MB a run; the measured numbers are kept
     return out
 
 
+def compact(metrics: dict[int, dict], setting) -> dict:
+    """What the report needs from a run's metrics.jsonl: the validation curve and the SERIES per step."""
+    steps = sorted(s for s in metrics if "critic/score/mean" in metrics[s])
+    return {
+        "curve": val_curve(metrics, setting.prompts_per_step, setting.n),
+        "series": {k: [metrics[s].get(k) for s in steps] for k in SERIES if any(k in metrics[s] for s in steps)},
+    }
+
+
+def load_record(run_dir: Path) -> dict:
+    """A finished run's done.json; runs finished before done.json held the curve get it from metrics.jsonl."""
+    from xrpo_verl.local import learning
+
+    record = json.loads((run_dir / "done.json").read_text())
+    if "curve" not in record:
+        record.update(compact(read_metrics(run_dir / "metrics.jsonl"), learning.LearningSetting()))
+    return record
+
+
 def measure(checkpoint: Path | None, setting, seed: int) -> dict:
-    """Greedy and mean@k on the held-out set with standard errors over problems."""
+    """Greedy and mean@k on the measurement set (`n_eval` problems) with standard errors over problems."""
     import torch
     from transformers import AutoTokenizer
 
@@ -110,30 +149,66 @@ def measure(checkpoint: Path | None, setting, seed: int) -> dict:
     model = learning.load_actor(model_dir, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     found = learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length, seed)
-    return {k: {"mean": v.mean, "se": v.se, "never": v.never, "always": v.always} for k, v in found.items()}
+    return {
+        k: {"mean": v.mean, "se": v.se, "never": v.never, "always": v.always, "per_problem": list(v.per_problem)}
+        for k, v in found.items()
+    }
+
+
+def mean_ci(values: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean and its 95% percentile-bootstrap interval over seeds."""
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(values, dtype=float)
+    means = rng.choice(arr, size=(rounds, len(arr)), replace=True).mean(axis=1)
+    return float(arr.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def summarize(args) -> dict:
-    from xrpo_verl.local import learning
-
-    setting = learning.LearningSetting()
     summary = {}
     for method in args.methods:
         done = [p for p in sorted((Path(args.out) / method).glob("seed*")) if (p / "done.json").exists()]
         if not done:
             continue
-        curves = [val_curve(read_metrics(p / "metrics.jsonl"), setting.prompts_per_step, setting.n) for p in done]
+        records = [load_record(p) for p in done]
+        curves = [r["curve"] for r in records]
         reach = [steps_to_target(c, args.target) for c in curves]
         never = args.steps + args.val_every  # censored: beyond the last validation
         median, low, high = bootstrap_median([never if r is None else r for r in reach])
+        series = {
+            k: [float(np.nanmean([v for v in r["series"][k] if v is not None])) for r in records]
+            for k in SERIES
+            if all(k in r["series"] for r in records)
+        }
         summary[method] = {
-            "seeds": [int(p.name.removeprefix("seed")) for p in done],
+            "seeds": [r["seed"] for r in records],
             "steps_to_target": reach,
             "steps_to_target_median_ci95": [median, low, high],
-            "after": [json.loads((p / "done.json").read_text())["after"] for p in done],
+            "after": [
+                {k: {x: v for x, v in a.items() if x != "per_problem"} for k, a in r["after"].items()} for r in records
+            ],
+            "after_per_problem": [{k: a.get("per_problem") for k, a in r["after"].items()} for r in records],
+            "series_run_means": series,
             "curves": curves,
         }
     return summary
+
+
+def versus(summary: dict, base: str, key: str) -> dict[str, list[float]]:
+    """Per method, the after-training `key` accuracy minus the base method's on the same seed
+    (same data order), averaged over the seeds both have: mean and 95% bootstrap interval."""
+    if base not in summary:
+        return {}
+    base_by_seed = dict(zip(summary[base]["seeds"], (a[key]["mean"] for a in summary[base]["after"]), strict=True))
+    out = {}
+    for method, s in summary.items():
+        diffs = [
+            a[key]["mean"] - base_by_seed[seed]
+            for seed, a in zip(s["seeds"], s["after"], strict=True)
+            if seed in base_by_seed
+        ]
+        if method != base and len(diffs) >= 2:
+            out[method] = [*mean_ci(diffs), len(diffs)]
+    return out
 
 
 def plot(summary: dict, args, path: Path) -> None:
@@ -142,25 +217,60 @@ def plot(summary: dict, args, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
     for i, (method, s) in enumerate(summary.items()):
-        for axis, ax in ((0, axes[0]), (1, axes[1])):
-            for j, curve in enumerate(s["curves"]):
-                ax.plot(
-                    [c[axis] for c in curve],
-                    [c[2] for c in curve],
-                    color=f"C{i}",
-                    alpha=0.8,
-                    label=f"{method} ({len(s['curves'])} seeds)" if j == 0 else None,
-                )
-    for ax, label in zip(axes, ("training step", "rollouts generated"), strict=True):
-        ax.axhline(args.target, ls="--", c="gray", lw=1)
-        ax.set_xlabel(label)
+        for row, metric in ((0, 2), (1, 3)):
+            for col in (0, 1):
+                ax = axes[row][col]
+                for curve in s["curves"]:
+                    points = [(c[col], c[metric]) for c in curve if c[metric] is not None]
+                    ax.plot(*zip(*points), color=f"C{i}", alpha=0.25, lw=1)
+                # the mean over seeds at the validated steps all seeds share
+                shared = sorted(set.intersection(*({c[0] for c in curve} for curve in s["curves"])))
+                mean = [
+                    np.mean([next(c[metric] for c in curve if c[0] == st) for curve in s["curves"]]) for st in shared
+                ]
+                xs = [next(c[col] for c in s["curves"][0] if c[0] == st) for st in shared]
+                ax.plot(xs, mean, color=f"C{i}", lw=2.2, marker="o", ms=3, label=f"{method} ({len(s['curves'])} seeds)")
+    for col, label in enumerate(("training step", "rollouts generated")):
+        axes[1][col].set_xlabel(label)
+    axes[0][0].axhline(args.target, ls="--", c="gray", lw=1)
+    axes[0][0].set_ylabel(f"held-out mean@{args.k} (T=1)")
+    axes[1][0].set_ylabel(f"held-out pass@{args.k} (T=1)")
+    for ax in axes.flat:
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"held-out accuracy (mean@{args.k}, T=1)")
-    axes[0].legend()
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Learning setting (column addition, tiny model, verl on CPU): thin = one seed, thick = mean")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
+
+
+def report(summary: dict, before: dict | None, args) -> str:
+    """The study's table as Markdown: one row per method."""
+    k = f"mean@{args.k}"
+    lines = [
+        f"| method | seeds | val {k} at step {args.steps} (100 sums) | after: {k} (change) | after: greedy | "
+        f"{k} − GRPO's, same seed [95% CI] | greedy − GRPO's [95% CI] | "
+        f"steps to val {k} ≥ {args.target}: median [95% CI] |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base = "grpo"
+    vs_mean, vs_greedy = versus(summary, base, k), versus(summary, base, "greedy")
+    for method, s in summary.items():
+        finals = [c[-1][2] for c in s["curves"]]
+        after_k = [a[k]["mean"] for a in s["after"]]
+        after_g = [a["greedy"]["mean"] for a in s["after"]]
+        sd = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")  # noqa: E731
+        change = f" (+{np.mean(after_k) - before[k]['mean']:.3f})" if before else ""
+        med, low, high = s["steps_to_target_median_ci95"]
+        cell = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else "—"  # noqa: E731
+        reached = "never" if med > args.steps else f"{med:g} [{low:g}, {high:g}]"
+        lines.append(
+            f"| {method} | {len(finals)} | {np.mean(finals):.3f} ± {sd(finals):.3f} | "
+            f"{np.mean(after_k):.3f} ± {sd(after_k):.3f}{change} | {np.mean(after_g):.3f} ± {sd(after_g):.3f} | "
+            f"{cell(vs_mean.get(method))} | {cell(vs_greedy.get(method))} | {reached} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,15 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--methods",
         nargs="+",
-        default=["grpo", "xrpo", "extra", "xrpo_extra"],
+        default=["grpo", "xrpo", "extra", "xrpo_extra", "xrpo_planner", "xrpo_planner_icl"],
         help="xrpo_verl/local/recipes/<method>.yaml names",
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--steps", type=int, default=defaults.steps)
     p.add_argument("--k", type=int, default=defaults.val_samples, help="validation samples per problem")
     p.add_argument("--lr", type=float, default=defaults.lr, help="actor learning rate (the learning setting's)")
-    p.add_argument("--val-every", type=int, default=25)
-    p.add_argument("--target", type=float, default=0.5, help="held-out mean@k that counts as converged")
+    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument("--target", type=float, default=0.45, help="held-out mean@k that counts as converged")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--out", default="outputs/convergence")
     p.add_argument("--report-only", action="store_true")
@@ -206,11 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(summary, args, out / "convergence.png")
     if before:
         print("before: " + "  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in before.items()))
-    for method, s in summary.items():
-        med, low, high = s["steps_to_target_median_ci95"]
-        afters = "; ".join("  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in a.items()) for a in s["after"])
-        print(f"{method:12s} seeds={s['seeds']} steps_to_{args.target}: median {med:g} [{low:g}, {high:g}]")
-        print(f"{'':12s} after: {afters}")
+    print(report(summary, before, args))
     return 0
 
 

@@ -1,0 +1,48 @@
+"""The convergence study's bookkeeping (benchmarks/convergence_study.py): the numbers RESULTS.md
+reports come from these functions, so they are checked on hand-computed cases."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "convergence_study", Path(__file__).resolve().parents[1] / "benchmarks" / "convergence_study.py"
+)
+study = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(study)
+
+VAL = "val-core/xrpo_addition/reward/acc/mean@4"
+PASS = "val-core/xrpo_addition/reward/acc/best@4/mean"
+
+
+def test_val_curve_counts_rollouts_and_places_the_first_validation_at_step_0():
+    metrics = {
+        1: {VAL: 0.30, PASS: 0.6},  # verl's validation before training, logged under step 1 alone
+        **{s: {"critic/score/mean": 0.4, study.ROLLOUTS_MEAN: 8.0} for s in range(2, 4)},
+    }
+    metrics[3].update({VAL: 0.42, PASS: 0.7})
+    curve = study.val_curve(metrics, prompts=8, n=8)
+    assert curve == [(0, 0, 0.30, 0.6), (3, 2 * 64, 0.42, 0.7)]
+    assert study.steps_to_target(curve, 0.4) == 3 and study.steps_to_target(curve, 0.5) is None
+
+
+def test_versus_pairs_methods_with_grpo_on_the_same_seed():
+    after = lambda *xs: [{"mean@4": {"mean": x}} for x in xs]  # noqa: E731
+    summary = {
+        "grpo": {"seeds": [0, 1, 2], "after": after(0.40, 0.50, 0.45)},
+        "xrpo": {"seeds": [2, 0, 1], "after": after(0.55, 0.46, 0.50)},  # +0.10, +0.06, 0.00
+        "extra": {"seeds": [3], "after": after(0.9)},  # no shared seed: not compared
+    }
+    found = study.versus(summary, "grpo", "mean@4")
+    mean, low, high, n = found["xrpo"]
+    assert n == 3 and mean == pytest.approx(0.16 / 3)
+    assert low <= mean <= high and low >= 0.0 - 1e-12 and high <= 0.10 + 1e-12
+    assert "extra" not in found and "grpo" not in found
+
+
+def test_bootstrap_intervals_bracket_the_estimate():
+    mean, low, high = study.mean_ci([0.1, 0.2, 0.3, 0.4])
+    assert mean == pytest.approx(0.25) and 0.1 <= low < mean < high <= 0.4
+    median, low, high = study.bootstrap_median([10, 20, 20, 60])
+    assert median == 20 and low <= 20 <= high
