@@ -53,10 +53,6 @@ class CpuRun:
     """actor learning rate (the learning setting's; 1e-4 made the arith model forget and did not teach addition)"""
     save_freq: int = -1
     """trainer.save_freq (-1: never)"""
-    remove_padding: bool = False
-    """actor_rollout_ref.model.use_remove_padding: pack the batch's sequences for the actor and ref
-    passes (verl's pure-torch unpadding; one-off compile of ~20 s, longer under load). Pays off on
-    long runs with short rows in a wide padded batch (the learning setting); 2-step tests lose."""
 
     def __post_init__(self):
         if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
@@ -68,14 +64,14 @@ class CpuRun:
     def from_setting(cls, setting, model_dir, train_file, val_file, out_dir, save_freq: int = -1) -> "CpuRun":
         """The run of a task's setting (`learning.LearningSetting`, `code_rl.CodeSetting`): its
         steps, prompts_per_step, n, max_response_length and lr, on the given model and data."""
-        sizes = ("steps", "prompts_per_step", "n", "max_response_length", "lr", "remove_padding")
+        sizes = ("steps", "prompts_per_step", "n", "max_response_length", "lr")
         return cls(
             str(model_dir),
             str(train_file),
             str(val_file),
             str(out_dir),
             save_freq=save_freq,
-            **{k: getattr(setting, k) for k in sizes if hasattr(setting, k)},
+            **{k: getattr(setting, k) for k in sizes},
         )
 
     @property
@@ -136,7 +132,9 @@ def cpu_overrides(run: CpuRun) -> list[str]:
         f"data.max_response_length={run.max_response_length}",
         "data.dataloader_num_workers=0",  # 8 loader processes would swamp 2 cores
         f"actor_rollout_ref.model.path={run.model_path}",
-        f"actor_rollout_ref.model.use_remove_padding={run.remove_padding}",
+        # True packs the batch into one row, and sdpa on CPU then attends over all of it under a
+        # block mask: cost grows with the square of the batch's tokens (slower here, RESULTS.md)
+        "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # default flash_attention_2
         "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 wants an accelerator
         "actor_rollout_ref.ref.strategy=fsdp2",

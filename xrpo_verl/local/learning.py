@@ -44,9 +44,6 @@ class LearningSetting:
     """k samples per held-out problem at the training temperature (T=1) for mean@k"""
     data_seed: int = 11
     """seed of the training and held-out problems"""
-    remove_padding: bool = True
-    """pack sequences in the actor's passes: a step's rows are ~37 tokens in a batch padded to 112
-    (GRPO) or 256 (XRPO's ICL prompts), and the tiny model's cost is its matmuls over every position"""
     model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
     """the warmed-up model"""
 
