@@ -273,6 +273,31 @@ def report(summary: dict, before: dict | None, args) -> str:
     return "\n".join(lines)
 
 
+PART_COLUMNS = (
+    ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}"),
+    ("ICL prompts", ("xrpo/icl/triggers",), "{:.2f}"),
+    ("ICL flips", ("xrpo/icl/flips",), "{:.3f}"),
+    ("sharpening share of advantage", ("xrpo/sharpening/bonus_share",), "{:.4f}"),
+    ("novelty share of advantage", ("xrpo/novelty/bonus_share",), "{:.4f}"),
+    ("guided prompts", ("xrpo/guided/injected",), "{:.2f}"),
+    ("guided success", ("xrpo/guided/success_rate",), "{:.3f}"),
+    ("entropy", ("actor/entropy",), "{:.3f}"),
+    ("step s", ("timing_s/step",), "{:.1f}"),
+)
+
+
+def parts_report(summary: dict) -> str:
+    """What each part did, per step, averaged over the run and then over seeds ("—": not logged)."""
+    lines = ["| method | " + " | ".join(c for c, _, _ in PART_COLUMNS) + " |", "|---" * (len(PART_COLUMNS) + 1) + "|"]
+    for method, s in summary.items():
+        cells = []
+        for _, keys, fmt in PART_COLUMNS:
+            found = [s["series_run_means"].get(k) for k in keys]
+            cells.append("—" if any(f is None for f in found) else fmt.format(*(float(np.mean(f)) for f in found)))
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     from xrpo_verl.local import learning
 
@@ -317,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if before:
         print("before: " + "  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in before.items()))
     print(report(summary, before, args))
+    print(parts_report(summary))
     return 0
 
 
