@@ -273,6 +273,30 @@ def report(summary: dict, before: dict | None, args) -> str:
     return "\n".join(lines)
 
 
+def paired_change(before: list[float], after: list[float]) -> tuple[float, float]:
+    """Mean per-problem change and its standard error (the same problems before and after)."""
+    diffs = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    return float(diffs.mean()), float(diffs.std(ddof=1) / np.sqrt(len(diffs)))
+
+
+def seeds_report(summary: dict, before: dict) -> str:
+    """Per run: the change on the measurement set, paired per problem, with its SE."""
+    lines = ["| method | seed | " + " | ".join(f"{k}: before → after, change (SE)" for k in before) + " |"]
+    lines.append("|---|---|" + "---|" * len(before))
+    for method, s in summary.items():
+        for seed, after in zip(s["seeds"], s["after_per_problem"], strict=True):
+            cells = []
+            for k in before:
+                if not after.get(k) or "per_problem" not in before[k]:
+                    cells.append("—")
+                    continue
+                change, se = paired_change(before[k]["per_problem"], after[k])
+                moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
+                cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({change / se:.1f} SE)")
+            lines.append(f"| {method} | {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 PART_COLUMNS = (
     ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}"),
     ("ICL prompts", ("xrpo/icl/triggers",), "{:.2f}"),
@@ -343,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         print("before: " + "  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in before.items()))
     print(report(summary, before, args))
     print(parts_report(summary))
+    if before:
+        print(seeds_report(summary, before))
     return 0
 
 
