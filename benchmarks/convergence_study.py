@@ -281,10 +281,19 @@ def paired_change(before: list[float], after: list[float]) -> tuple[float, float
 
 def seeds_report(summary: dict, before: dict) -> str:
     """Per run: the change on the measurement set, paired per problem, with its SE."""
-    lines = ["| method | seed | " + " | ".join(f"{k}: before → after, change (SE)" for k in before) + " |"]
-    lines.append("|---|---|" + "---|" * len(before))
+    base = dict(zip(summary["grpo"]["seeds"], summary["grpo"]["after_per_problem"])) if "grpo" in summary else {}
+    lines = ["| method | seed | " + " | ".join(f"{k}: before → after, change (SE)" for k in before)]
+    lines[0] += " | " + " | ".join(f"{k} − GRPO's, same seed, paired (SE)" for k in before) + " |"
+    lines.append("|---|---|" + "---|" * 2 * len(before))
     for method, s in summary.items():
         for seed, after in zip(s["seeds"], s["after_per_problem"], strict=True):
+            versus_grpo = []
+            for k in before:
+                if method == "grpo" or not base.get(seed, {}).get(k) or not after.get(k):
+                    versus_grpo.append("—")
+                    continue
+                diff, se = paired_change(base[seed][k], after[k])
+                versus_grpo.append(f"{diff:+.3f} ± {se:.3f} ({diff / se:+.1f} SE)")
             cells = []
             for k in before:
                 if not after.get(k) or "per_problem" not in before[k]:
@@ -293,7 +302,7 @@ def seeds_report(summary: dict, before: dict) -> str:
                 change, se = paired_change(before[k]["per_problem"], after[k])
                 moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
                 cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({change / se:.1f} SE)")
-            lines.append(f"| {method} | {seed} | " + " | ".join(cells) + " |")
+            lines.append(f"| {method} | {seed} | " + " | ".join(cells + versus_grpo) + " |")
     return "\n".join(lines)
 
 
