@@ -263,7 +263,7 @@ def report(summary: dict, before: dict | None, args) -> str:
         sd = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")  # noqa: E731
         change = f" (+{np.mean(after_k) - before[k]['mean']:.3f})" if before else ""
         med, low, high = s["steps_to_target_median_ci95"]
-        cell = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else "—"  # noqa: E731
+        cell = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] ({d[3]} seeds)" if d else "—"  # noqa: E731
         reached = "never" if med > args.steps else f"{med:g} [{low:g}, {high:g}]"
         lines.append(
             f"| {method} | {len(finals)} | {np.mean(finals):.3f} ± {sd(finals):.3f} | "
