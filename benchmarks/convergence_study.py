@@ -83,12 +83,12 @@ def steps_to_target(curve, target: float) -> int | None:
     return next((step for step, _, acc, _ in curve if acc >= target), None)
 
 
-def bootstrap_median(values: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Median and its 95% percentile-bootstrap interval over seeds (inf stands for 'never reached')."""
+def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """`stat` of `values` over seeds and its 95% percentile-bootstrap interval."""
     rng = np.random.default_rng(seed)
     arr = np.asarray(values, dtype=float)
-    medians = np.median(rng.choice(arr, size=(rounds, len(arr)), replace=True), axis=1)
-    return float(np.median(arr)), float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+    resampled = stat(rng.choice(arr, size=(rounds, len(arr)), replace=True), axis=1)
+    return float(stat(arr)), float(np.percentile(resampled, 2.5)), float(np.percentile(resampled, 97.5))
 
 
 def run_one(method: str, seed: int, args) -> Path:
@@ -155,14 +155,6 @@ def measure(checkpoint: Path | None, setting, seed: int) -> dict:
     }
 
 
-def mean_ci(values: list[float], rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and its 95% percentile-bootstrap interval over seeds."""
-    rng = np.random.default_rng(seed)
-    arr = np.asarray(values, dtype=float)
-    means = rng.choice(arr, size=(rounds, len(arr)), replace=True).mean(axis=1)
-    return float(arr.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
 def summarize(args) -> dict:
     summary = {}
     for method in args.methods:
@@ -173,7 +165,7 @@ def summarize(args) -> dict:
         curves = [r["curve"] for r in records]
         reach = [steps_to_target(c, args.target) for c in curves]
         never = args.steps + args.val_every  # censored: beyond the last validation
-        median, low, high = bootstrap_median([never if r is None else r for r in reach])
+        median, low, high = bootstrap([never if r is None else r for r in reach], np.median)
         series = {
             k: [float(np.nanmean([v for v in r["series"][k] if v is not None])) for r in records]
             for k in SERIES
@@ -207,7 +199,7 @@ def versus(summary: dict, base: str, key: str) -> dict[str, list[float]]:
             if seed in base_by_seed
         ]
         if method != base and len(diffs) >= 2:
-            out[method] = [*mean_ci(diffs), len(diffs)]
+            out[method] = [*bootstrap(diffs), len(diffs)]
     return out
 
 
@@ -273,14 +265,10 @@ def report(summary: dict, before: dict | None, args) -> str:
     return "\n".join(lines)
 
 
-def paired_change(before: list[float], after: list[float]) -> tuple[float, float]:
-    """Mean per-problem change and its standard error (the same problems before and after)."""
-    diffs = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    return float(diffs.mean()), float(diffs.std(ddof=1) / np.sqrt(len(diffs)))
-
-
 def seeds_report(summary: dict, before: dict) -> str:
     """Per run: the change on the measurement set, paired per problem, with its SE."""
+    from xrpo_verl.local import learning
+
     base = dict(zip(summary["grpo"]["seeds"], summary["grpo"]["after_per_problem"])) if "grpo" in summary else {}
     lines = ["| method | seed | " + " | ".join(f"{k}: before → after, change (SE)" for k in before)]
     lines[0] += " | " + " | ".join(f"{k} − GRPO's, same seed, paired (SE)" for k in before) + " |"
@@ -292,41 +280,49 @@ def seeds_report(summary: dict, before: dict) -> str:
                 if method == "grpo" or not base.get(seed, {}).get(k) or not after.get(k):
                     versus_grpo.append("—")
                     continue
-                diff, se = paired_change(base[seed][k], after[k])
+                diff, se = learning.paired_change(base[seed][k], after[k])
                 versus_grpo.append(f"{diff:+.3f} ± {se:.3f} ({diff / se:+.1f} SE)")
             cells = []
             for k in before:
                 if not after.get(k) or "per_problem" not in before[k]:
                     cells.append("—")
                     continue
-                change, se = paired_change(before[k]["per_problem"], after[k])
+                change, se = learning.paired_change(before[k]["per_problem"], after[k])
                 moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
                 cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({change / se:.1f} SE)")
             lines.append(f"| {method} | {seed} | " + " | ".join(cells + versus_grpo) + " |")
     return "\n".join(lines)
 
 
+# (column, metrics, format, the part that logs them: `launch.PARTS`, or None for every method)
 PART_COLUMNS = (
-    ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}"),
-    ("ICL prompts", ("xrpo/icl/triggers",), "{:.2f}"),
-    ("ICL flips", ("xrpo/icl/flips",), "{:.3f}"),
-    ("sharpening share of advantage", ("xrpo/sharpening/bonus_share",), "{:.4f}"),
-    ("novelty share of advantage", ("xrpo/novelty/bonus_share",), "{:.4f}"),
-    ("guided prompts", ("xrpo/guided/injected",), "{:.2f}"),
-    ("guided success", ("xrpo/guided/success_rate",), "{:.3f}"),
-    ("entropy", ("actor/entropy",), "{:.3f}"),
-    ("step s", ("timing_s/step",), "{:.1f}"),
+    ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}", "planner"),
+    ("ICL prompts", ("xrpo/icl/triggers",), "{:.2f}", "icl"),
+    ("ICL flips", ("xrpo/icl/flips",), "{:.3f}", "icl"),
+    ("sharpening share of advantage", ("xrpo/sharpening/bonus_share",), "{:.4f}", "sharpening"),
+    ("novelty share of advantage", ("xrpo/novelty/bonus_share",), "{:.4f}", "novelty"),
+    ("guided prompts", ("xrpo/guided/injected",), "{:.2f}", "prefix"),
+    ("guided success", ("xrpo/guided/success_rate",), "{:.3f}", "prefix"),
+    ("entropy", ("actor/entropy",), "{:.3f}", None),
+    ("step s", ("timing_s/step",), "{:.1f}", None),
 )
 
 
-def parts_report(summary: dict) -> str:
-    """What each part did, per step, averaged over the run and then over seeds ("—": not logged)."""
-    lines = ["| method | " + " | ".join(c for c, _, _ in PART_COLUMNS) + " |", "|---" * (len(PART_COLUMNS) + 1) + "|"]
+def parts_report(summary: dict, parts: dict[str, dict[str, bool]]) -> str:
+    """What each part did, per step, averaged over the run and then over seeds. `parts`: per
+    method, the parts its recipe switches on ("off": the part is not in the method; the trainer
+    logs 0 for it. "—": not logged)."""
+    lines = ["| method | " + " | ".join(c[0] for c in PART_COLUMNS) + " |", "|---" * (len(PART_COLUMNS) + 1) + "|"]
     for method, s in summary.items():
         cells = []
-        for _, keys, fmt in PART_COLUMNS:
+        for _, keys, fmt, part in PART_COLUMNS:
             found = [s["series_run_means"].get(k) for k in keys]
-            cells.append("—" if any(f is None for f in found) else fmt.format(*(float(np.mean(f)) for f in found)))
+            if part is not None and not parts[method][part]:
+                cells.append("off")
+            elif any(f is None for f in found):
+                cells.append("—")
+            else:
+                cells.append(fmt.format(*(float(np.mean(f)) for f in found)))
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -375,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     if before:
         print("before: " + "  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in before.items()))
     print(report(summary, before, args))
-    print(parts_report(summary))
+    from xrpo_verl.local.launch import recipe_parts
+
+    print(parts_report(summary, {method: recipe_parts(method) for method in summary}))
     if before:
         print(seeds_report(summary, before))
     return 0

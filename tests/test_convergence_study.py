@@ -4,6 +4,7 @@ reports come from these functions, so they are checked on hand-computed cases.""
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _spec = importlib.util.spec_from_file_location(
@@ -42,7 +43,23 @@ def test_versus_pairs_methods_with_grpo_on_the_same_seed():
 
 
 def test_bootstrap_intervals_bracket_the_estimate():
-    mean, low, high = study.mean_ci([0.1, 0.2, 0.3, 0.4])
+    mean, low, high = study.bootstrap([0.1, 0.2, 0.3, 0.4])
     assert mean == pytest.approx(0.25) and 0.1 <= low < mean < high <= 0.4
-    median, low, high = study.bootstrap_median([10, 20, 20, 60])
+    median, low, high = study.bootstrap([10, 20, 20, 60], np.median)
     assert median == 20 and low <= 20 <= high
+
+
+def test_parts_report_says_off_for_a_part_the_method_lacks():
+    series = {"xrpo/icl/triggers": [2.0, 1.0], "xrpo/icl/flips": [0.0, 0.5], "actor/entropy": [0.1, 0.3]}
+    summary = {
+        "xrpo": {"series_run_means": series},
+        "extra": {"series_run_means": {**series, "xrpo/icl/triggers": [0.0, 0.0]}},
+    }
+    from xrpo_verl.local.launch import PARTS
+
+    parts = {"xrpo": {p: p in ("planner", "icl") for p in PARTS}, "extra": dict.fromkeys(PARTS, False)}
+    rows = [line.split(" | ") for line in study.parts_report(summary, parts).splitlines()[2:]]
+    xrpo, extra = ({c: v for c, v in zip([c[0] for c in study.PART_COLUMNS], row[1:])} for row in rows)
+    assert xrpo["ICL prompts"] == "1.50" and xrpo["ICL flips"] == "0.250" and xrpo["entropy"] == "0.200"
+    assert xrpo["rollouts/prompt min–max"] == "—"  # on, but not logged
+    assert extra["ICL prompts"] == "off" and extra["entropy"] == "0.200"

@@ -32,7 +32,7 @@ def test_grpo_raises_heldout_accuracy(tmp_path):
     assert sorted(metrics) == list(range(1, steps + 1))
     after = demo.measure(model_dir, run.ckpt_dir / f"global_step_{steps}" / "actor", setting)
     sampled = f"mean@{setting.val_samples}"
-    change, se = demo.paired_difference(before[sampled], after[sampled])
+    change, se = learning.paired_change(before[sampled].per_problem, after[sampled].per_problem)
     assert change > BOUND, f"held-out {sampled} {before[sampled]} -> {after[sampled]} ({change:+.3f} ± {se:.3f})"
     # the weights that were measured are the trained ones: greedy answers changed somewhere
     assert before["greedy"].per_problem != after["greedy"].per_problem

@@ -31,7 +31,7 @@ def test_progress_prints_step_reward_rollouts_and_icl_flips():
 def test_paired_change_and_its_standard_error():
     before = learning.accuracy([0.0, 0.5, 0.5, 1.0])
     after = learning.accuracy([0.5, 0.5, 1.0, 1.0])
-    delta, se = demo.paired_difference(before, after)
+    delta, se = learning.paired_change(before.per_problem, after.per_problem)
     assert delta == pytest.approx(0.25)
     assert se == pytest.approx((1 / 12) ** 0.5 / 2)  # diffs (.5, 0, .5, 0): sample variance 1/12
 

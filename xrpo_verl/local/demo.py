@@ -18,7 +18,6 @@ the sandbox time of each step.
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -77,21 +76,13 @@ class Progress:
         self.stream.flush()
 
 
-def paired_difference(before: learning.Accuracy, after: learning.Accuracy) -> tuple[float, float]:
-    """Mean change of per-problem pass rates and its standard error (the same problems before and after)."""
-    diffs = [b - a for a, b in zip(before.per_problem, after.per_problem, strict=True)]
-    mean = sum(diffs) / len(diffs)
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
-    return mean, sd / math.sqrt(len(diffs))
-
-
 def report(before: dict, after: dict, recipe: str, steps: int) -> str:
     rows = [
         f"held-out accuracy, {len(next(iter(before.values())).per_problem)} problems never trained on "
         f"({recipe}, {steps} steps; ± is the standard error over problems)"
     ]
     for name in before:
-        delta, se = paired_difference(before[name], after[name])
+        delta, se = learning.paired_change(before[name].per_problem, after[name].per_problem)
         rows.append(
             f"  {name:8s} before {before[name]}   after {after[name]}   change {delta:+.3f} ± {se:.3f}"
             f" ({delta / se if se else float('inf'):.1f} SE)"

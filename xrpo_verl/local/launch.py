@@ -256,6 +256,35 @@ def trainer_command(run: CpuRun, recipe: dict, extra: list[str] = ()) -> list[st
     return cmd + overrides + list(recipe.get("overrides", [])) + list(extra)
 
 
+PARTS = ("planner", "icl", "sharpening", "novelty", "prefix")
+
+
+def compose_recipe(name: str, run: CpuRun | None = None):
+    """The trainer config of a recipe on our trainer config (`config_name`), composed by Hydra as
+    `main_ppo` composes it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    run = run or CpuRun("/model", "/train.parquet", "/val.parquet", "/out", steps=3, prompts_per_step=8, n=8)
+    cmd = trainer_command(run, load_recipe(name))
+    if "--config-path" not in cmd:
+        raise ValueError(f"recipe {name!r} runs verl's own config, not the xrpo trainer's")
+    config_dir, config_name = cmd[cmd.index("--config-path") + 1], cmd[cmd.index("--config-name") + 1]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name=config_name, overrides=cmd[cmd.index("--config-name") + 2 :])
+
+
+def recipe_parts(name: str) -> dict[str, bool]:
+    """Which of XRPO's and ExTra's parts (`PARTS`) a CPU recipe switches on (all off for plain verl)."""
+    if not load_recipe(name).get("config_name"):
+        return dict.fromkeys(PARTS, False)
+    from xrpo_verl.verl_adapters.config import validate_trainer_config
+
+    settings = validate_trainer_config(compose_recipe(name), check_embedder=False)
+    return {part: bool(getattr(settings, f"use_{part}")) for part in PARTS}
+
+
 def launch(
     run: CpuRun,
     recipe_name: str,

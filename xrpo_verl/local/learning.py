@@ -10,6 +10,7 @@ numbers, and what did not learn: benchmarks/RESULTS.md ("A CPU task on which GRP
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,6 +131,13 @@ def accuracy(pass_rates: list[float]) -> Accuracy:
     if n < 2:
         raise ValueError(f"need at least 2 problems for a standard error, got {n}")
     return Accuracy(statistics.fmean(pass_rates), statistics.stdev(pass_rates) / n**0.5, tuple(pass_rates))
+
+
+def paired_change(before: Sequence[float], after: Sequence[float]) -> tuple[float, float]:
+    """Mean change of per-problem pass rates and its standard error, the same problems before and
+    after (pairing removes the spread of problem difficulty from the SE)."""
+    diffs = accuracy([b - a for a, b in zip(before, after, strict=True)])
+    return diffs.mean, diffs.se
 
 
 def load_actor(model_dir: str | Path, checkpoint: str | Path | None = None):
