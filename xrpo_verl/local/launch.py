@@ -259,13 +259,13 @@ def trainer_command(run: CpuRun, recipe: dict, extra: list[str] = ()) -> list[st
 PARTS = ("planner", "icl", "sharpening", "novelty", "prefix")
 
 
-def compose_recipe(name: str, run: CpuRun | None = None):
+def compose_recipe(name: str):
     """The trainer config of a recipe on our trainer config (`config_name`), composed by Hydra as
-    `main_ppo` composes it."""
+    `main_ppo` composes it, for a placeholder run of 8 prompts x 8 rollouts."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    run = run or CpuRun("/model", "/train.parquet", "/val.parquet", "/out", steps=3, prompts_per_step=8, n=8)
+    run = CpuRun("/model", "/train.parquet", "/val.parquet", "/out", steps=3, prompts_per_step=8, n=8)
     cmd = trainer_command(run, load_recipe(name))
     if "--config-path" not in cmd:
         raise ValueError(f"recipe {name!r} runs verl's own config, not the xrpo trainer's")
