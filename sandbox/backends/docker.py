@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 from ..image import IMAGE, RUNNER_PATH, build_image
@@ -352,10 +353,29 @@ class DockerSession(Session):
             timer.cancel()
         if report.interrupted:
             self.w.broken = True
+            if not killed.is_set() and self._container_died():
+                # killed from outside (OOM, `docker kill`, a daemon restart): not the submission's doing
+                return report.results + [RunResult(RunStatus.ERROR, message="the container died under the batch")]
         elif code != 0 and not report.results:
             self.w.broken = True
             return [RunResult(RunStatus.ERROR, message=f"runner exited {code}: {err[-500:].decode(errors='replace')}")]
         return report.finish(killed.is_set(), err)
+
+    def _container_died(self, grace_s: float = 2.0) -> bool:
+        """Whether the container itself stopped, as opposed to only the runner inside it (a submission
+        may kill its own runner: same uid). The exec stream can end before the daemon marks the
+        container exited, so look for up to `grace_s`."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            try:
+                self.w.container.reload()
+            except Exception:  # NotFound: it removed itself (auto_remove); or the daemon failed
+                return True
+            if self.w.container.status != "running":
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 def _start_reaper(pool_id: str, root: str) -> int:

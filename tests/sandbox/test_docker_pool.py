@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from sandbox import Verdict, judge
+from sandbox.backends.base import RunSpec
 from sandbox.backends.docker import DockerBackend, DockerConfig, docker_available
+from sandbox.verdict import Limits, RunStatus
 
 AB = {
     "id": "ab",
@@ -44,6 +47,46 @@ def test_a_killed_container_is_replaced_and_the_submission_judged(one_container)
     assert r.verdict is Verdict.AC, r.message
     assert _only_container(one_container).id != dead.id
     assert judge(AB, "print(4)", "python", backend=one_container).verdict is Verdict.WA
+
+
+def _kill_later(container, after_s: float) -> threading.Thread:
+    t = threading.Thread(target=lambda: (time.sleep(after_s), container.kill()), daemon=True)
+    t.start()
+    return t
+
+
+SLOW = {**AB, "id": "slow-ab", "time_limit_s": 10}
+SLOW_SOL = "import time\ntime.sleep(4)\n" + SOL
+
+
+def test_a_container_killed_while_a_test_runs_is_retried_never_scored(one_container):
+    """`docker kill` (an OOM kill, a daemon restart) mid-test is the sandbox's failure, not the
+    submission's: the session's first batch runs again on a fresh container."""
+    assert judge(AB, SOL, "python", backend=one_container).verdict is Verdict.AC
+    dead = _only_container(one_container)
+    killer = _kill_later(dead, after_s=1.5)  # the program sleeps 4 s: it is running then
+    r = judge(SLOW, SLOW_SOL, "python", backend=one_container)
+    killer.join()
+    assert r.verdict is Verdict.AC, r.message
+    assert _only_container(one_container).id != dead.id
+
+
+def test_a_container_killed_under_a_later_batch_is_a_sandbox_error(one_container):
+    """Past the session's first batch /work held earlier output, so no retry: the run comes back as
+    the sandbox's ERROR (verdict SE, retried by the scorer), never as the program's crash."""
+    with one_container.session() as s:
+        assert s.run(RunSpec(["/usr/bin/python3", "-c", "print(1)"])).status is RunStatus.OK
+        killer = _kill_later(s.w.container, after_s=1.5)
+        r = s.run(RunSpec(["/usr/bin/python3", "-c", "import time; time.sleep(4)"], limits=Limits(wall_s=10)))
+        killer.join()
+    assert r.status is RunStatus.ERROR, r
+    assert "container died" in r.message
+
+
+def test_a_program_that_kills_its_runner_is_still_its_own_fault(one_container):
+    """The other side of the line drawn above: the container lives on, so the verdict is RE."""
+    r = judge(AB, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "python", backend=one_container)
+    assert r.verdict is Verdict.RE, r.message
 
 
 def test_without_reuse_every_submission_gets_a_new_container():
