@@ -75,6 +75,7 @@ def trl_step_times(model_dir, out_dir) -> list[float]:
         temperature=1.0,
         learning_rate=LR,
         beta=0.0,
+        gradient_checkpointing=False,  # as our CPU runs (launch.cpu_overrides)
         report_to="none",
         save_strategy="no",
         logging_steps=1,

@@ -140,6 +140,7 @@ def run_trl(seed: int, setting, out: Path, eval_every: int) -> dict:
         weight_decay=0.01,
         max_grad_norm=1.0,
         beta=0.0,
+        gradient_checkpointing=False,  # as our CPU runs (launch.cpu_overrides); the maths is the same
         num_iterations=1,
         loss_type="dapo",
         scale_rewards="group",

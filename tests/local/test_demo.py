@@ -28,6 +28,20 @@ def test_progress_prints_step_reward_rollouts_and_icl_flips():
     assert "ICL off" in lines[1] and "last 10: 0.47" in lines[1]  # (0.25 + 9 x 0.5) / 10
 
 
+def test_progress_held_back_shows_only_the_latest_step_when_released():
+    """While the demo prints the accuracy before training, step lines wait; the latest one follows."""
+    out = io.StringIO()
+    progress = demo.Progress(total=20, n=8, stream=out, every=1)
+    progress.hold()
+    for step in (1, 2):
+        progress(f"step:{step} - critic/score/mean:0.5")
+    assert out.getvalue() == ""
+    progress.release()
+    progress("step:3 - critic/score/mean:0.75")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and "step   2/20" in lines[0] and "step   3/20" in lines[1]
+
+
 def test_paired_change_and_its_standard_error():
     before = learning.accuracy([0.0, 0.5, 0.5, 1.0])
     after = learning.accuracy([0.5, 0.5, 1.0, 1.0])

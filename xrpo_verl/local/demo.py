@@ -3,13 +3,14 @@
 1. builds (or reuses) the tiny Qwen2 model, warmed up on multi-digit column addition only partly
    (`xrpo_verl.local.learning`);
 2. writes the training sums and a disjoint held-out set as verl parquet;
-3. measures held-out accuracy (greedy, and mean of k samples at the training temperature);
-4. trains with `python -m verl.trainer.main_ppo`, showing one progress line (step, reward,
-   rollouts per prompt, ICL flips) instead of the trainer's log (kept in trainer.log);
-5. measures the trained model the same way and prints before/after with standard errors, and
+3. trains with `python -m verl.trainer.main_ppo`, showing one progress line (step, reward,
+   rollouts per prompt, ICL flips) instead of the trainer's log (kept in trainer.log); while verl
+   starts up, measures held-out accuracy (greedy, and mean of k samples at the training
+   temperature);
+4. measures the trained model the same way and prints before/after with standard errors, and
    writes a PNG of training reward against step.
 
-`--task code` (`make demo TASK=code`): the same five stages on the tiny code task
+`--task code` (`make demo TASK=code`): the same stages on the tiny code task
 (`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
 (bubblewrap, or Docker with `--sandbox docker`), XRPO on by default; the pass rate is k programs
 sampled at T=1 per held-out problem, judged in the sandbox; the table adds the verdict counts and
@@ -18,8 +19,10 @@ the sandbox time of each step.
 
 import argparse
 import json
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from xrpo_verl.local import code_rl, launch, learning
@@ -41,6 +44,7 @@ class Progress:
         self.first_step_at: float | None = None
         self.rewards: list[float] = []
         self.flips = 0
+        self.holding, self.held = False, None
 
     def line(self, step: int, metrics: dict[str, float]) -> str:
         if REWARD in metrics:
@@ -59,6 +63,16 @@ class Progress:
             f"{per_step:.1f} s/step"
         )
 
+    def hold(self) -> None:
+        """Keep step lines back (only the latest is kept) until `release`."""
+        self.holding, self.held = True, None
+
+    def release(self) -> None:
+        self.holding = False
+        if self.held is not None:
+            self.stream.write(self.held + "\n")
+            self.stream.flush()
+
     def __call__(self, raw: str) -> None:
         parsed = launch.parse_step_line(raw)
         if parsed is None or REWARD not in parsed[1]:
@@ -67,6 +81,9 @@ class Progress:
         if self.first_step_at is None:
             self.first_step_at = time.time()
         text = self.line(step, metrics)
+        if self.holding:
+            self.held = text
+            return
         if self.tty:
             self.stream.write("\r" + text)
             if step == self.total:
@@ -279,24 +296,32 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(out)  # a fresh run: the file logger appends and checkpoints would resume
     model_dir, _, _ = learning.prepare(out, setting)
-    print(f"      {model_dir}\n[2/5] held-out accuracy before training", flush=True)
-    before = measure(model_dir, None, setting)
-    print("      " + "   ".join(f"{k} {v}" for k, v in before.items()), flush=True)
-
     print(
-        f"[3/5] {args.recipe} through verl's main_ppo on CPU: {setting.steps} steps x "
+        f"      {model_dir}\n[2/5] {args.recipe} through verl's main_ppo on CPU: {setting.steps} steps x "
         f"{setting.prompts_per_step} prompts x {setting.n} rollouts (trainer log: {out / 'trainer.log'})",
         flush=True,
     )
     run = learning.cpu_run(out, setting, save_freq=setting.steps)  # keep the final weights to measure
     progress = Progress(setting.steps, setting.n)
-    result = launch.launch(run, args.recipe, [f"data.seed={args.seed}"], timeout_s=3600, on_line=progress)
+    progress.hold()  # until the accuracy before training is printed
+    # verl's start-up (Ray, workers, engine) leaves a core idle for a minute or more: the base
+    # model is measured meanwhile, in this process, while a thread follows the trainer's output.
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(
+            launch.launch, run, args.recipe, [f"data.seed={args.seed}"], timeout_s=3600, on_line=progress
+        )
+        before = measure(model_dir, None, setting)
+        print("[3/5] held-out accuracy before training (measured while verl starts)", flush=True)
+        print("      " + "   ".join(f"{k} {v}" for k, v in before.items()), flush=True)
+        progress.release()
+        result = training.result()
     if result.returncode != 0:
         print(f"\ntraining failed (exit {result.returncode}); last lines of {out / 'trainer.log'}:", file=sys.stderr)
         print("\n".join(result.stdout.splitlines()[-40:]), file=sys.stderr)
         return result.returncode
 
     print("[4/5] held-out accuracy after training", flush=True)
+    torch.set_num_threads(min(4, len(os.sched_getaffinity(0))))  # the trainer has exited: the cores are free
     after = measure(model_dir, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
     print("[5/5] summary", flush=True)
     print(report(before, after, args.recipe, setting.steps))
