@@ -137,7 +137,7 @@ def cpu_overrides(run: CpuRun) -> list[str]:
         "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # default flash_attention_2
         # verl's default recomputes each layer's forward in the backward pass to save memory, which
-        # a tiny model on CPU does not need: the update costs about a third more with it (RESULTS.md)
+        # a tiny model on CPU does not need: it only makes the update dearer (RESULTS.md)
         "actor_rollout_ref.model.enable_gradient_checkpointing=False",
         "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 wants an accelerator
         "actor_rollout_ref.ref.strategy=fsdp2",
