@@ -215,6 +215,10 @@ class DockerBackend(Backend):
             w.container.kill()
         with contextlib.suppress(Exception):
             w.container.remove(force=True)
+        # the kill starts auto_remove in the daemon, so the remove above may return (409) while
+        # the container still exists: wait until it is gone, so that close() leaves nothing behind
+        with contextlib.suppress(Exception):
+            w.container.wait(condition="removed", timeout=30)
         shutil.rmtree(w.job, ignore_errors=True)
         with self._lock:
             self._all.discard(w)

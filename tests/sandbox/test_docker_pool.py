@@ -117,7 +117,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def _pool_containers(pool_id: str) -> list:
     import docker
 
-    return docker.from_env().containers.list(all=True, filters={"label": f"xrpo.sandbox.pool={pool_id}"})
+    return docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"xrpo.sandbox.pool={pool_id}"})
 
 
 def test_a_pool_whose_process_is_killed_leaves_no_container_or_temp_root():
@@ -147,3 +147,20 @@ def test_close_leaves_the_next_pool_of_the_same_process_alone():
         assert _pool_containers(second._pool_id), "the first pool's reaper removed the second pool's container"
         assert judge(AB, SOL, "python", backend=second).verdict is Verdict.AC
     assert not _pool_containers(first._pool_id)
+
+
+def test_close_returns_once_its_containers_are_gone():
+    """close() kills its containers, whose removal (auto_remove) the daemon finishes on its own:
+    close must wait for it, or a server that exits on SIGTERM leaves containers behind."""
+    if reason := docker_available():
+        pytest.skip(reason)
+    for judged in (True, False, True, False):  # the race is timing-dependent: several pools
+        be = DockerBackend(DockerConfig(workers=2))
+        if judged:
+            assert judge(AB, SOL, "python", backend=be).verdict is Verdict.AC
+        else:
+            with be.session():
+                pass
+        assert _pool_containers(be._pool_id)
+        be.close()
+        assert not _pool_containers(be._pool_id)
