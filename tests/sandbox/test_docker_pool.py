@@ -49,8 +49,20 @@ def test_a_killed_container_is_replaced_and_the_submission_judged(one_container)
     assert judge(AB, "print(4)", "python", backend=one_container).verdict is Verdict.WA
 
 
-def _kill_later(container, after_s: float) -> threading.Thread:
-    t = threading.Thread(target=lambda: (time.sleep(after_s), container.kill()), daemon=True)
+def _kill_when_running(container, marker: str) -> threading.Thread:
+    """Kill the container once a process whose command line holds `marker` runs in it (so the
+    kill lands mid-run however loaded the machine is, not before the exec starts)."""
+
+    def kill():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            procs = container.top().get("Processes") or []
+            if any(marker in " ".join(p) for p in procs):
+                break
+            time.sleep(0.1)
+        container.kill()
+
+    t = threading.Thread(target=kill, daemon=True)
     t.start()
     return t
 
@@ -64,7 +76,7 @@ def test_a_container_killed_while_a_test_runs_is_retried_never_scored(one_contai
     submission's: the session's first batch runs again on a fresh container."""
     assert judge(AB, SOL, "python", backend=one_container).verdict is Verdict.AC
     dead = _only_container(one_container)
-    killer = _kill_later(dead, after_s=1.5)  # the program sleeps 4 s: it is running then
+    killer = _kill_when_running(dead, "sol.py")  # the program sleeps 4 s
     r = judge(SLOW, SLOW_SOL, "python", backend=one_container)
     killer.join()
     assert r.verdict is Verdict.AC, r.message
@@ -76,7 +88,7 @@ def test_a_container_killed_under_a_later_batch_is_a_sandbox_error(one_container
     the sandbox's ERROR (verdict SE, retried by the scorer), never as the program's crash."""
     with one_container.session() as s:
         assert s.run(RunSpec(["/usr/bin/python3", "-c", "print(1)"])).status is RunStatus.OK
-        killer = _kill_later(s.w.container, after_s=1.5)
+        killer = _kill_when_running(s.w.container, "time.sleep(4)")
         r = s.run(RunSpec(["/usr/bin/python3", "-c", "import time; time.sleep(4)"], limits=Limits(wall_s=10)))
         killer.join()
     assert r.status is RunStatus.ERROR, r
