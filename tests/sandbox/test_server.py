@@ -223,7 +223,9 @@ def test_sigterm_leaves_nothing_behind(kind, request):
     if kind == "docker":
         import docker
 
-        left = docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"xrpo.sandbox.pid={proc.pid}"})
+        left = docker.from_env().containers.list(
+            all=True, sparse=True, filters={"label": f"xrpo.sandbox.pid={proc.pid}"}
+        )
         assert left == []
 
 

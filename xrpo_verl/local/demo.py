@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -306,11 +307,22 @@ def main(argv: list[str] | None = None) -> int:
     progress.hold()  # until the accuracy before training is printed
     # verl's start-up (Ray, workers, engine) leaves a core idle for a minute or more: the base
     # model is measured meanwhile, in this process, while a thread follows the trainer's output.
+    stop = threading.Event()  # set if the measurement fails: the trainer is killed at its next line
+
+    def follow(line: str) -> None:
+        if stop.is_set():
+            raise RuntimeError("measuring the base model failed; the trainer is stopped")
+        progress(line)
+
     with ThreadPoolExecutor(1) as pool:
         training = pool.submit(
-            launch.launch, run, args.recipe, [f"data.seed={args.seed}"], timeout_s=3600, on_line=progress
+            launch.launch, run, args.recipe, [f"data.seed={args.seed}"], timeout_s=3600, on_line=follow
         )
-        before = measure(model_dir, None, setting)
+        try:
+            before = measure(model_dir, None, setting)
+        except BaseException:
+            stop.set()
+            raise
         print("[3/5] held-out accuracy before training (measured while verl starts)", flush=True)
         print("      " + "   ".join(f"{k} {v}" for k, v in before.items()), flush=True)
         progress.release()

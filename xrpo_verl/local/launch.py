@@ -299,7 +299,8 @@ def launch(
 ) -> subprocess.CompletedProcess:
     """Run the trainer to completion (killed after `timeout_s`). Its output is appended to
     `<out_dir>/trainer.log` and returned as `stdout`; its metrics are appended to `metrics.jsonl`.
-    `on_line` sees each output line as it comes (the demo's progress bar)."""
+    `on_line` sees each output line as it comes (the demo's progress bar); if it raises, the
+    trainer is killed and the exception propagates."""
     out = Path(run.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     env = cpu_env()
@@ -327,6 +328,10 @@ def launch(
                     if echo and ("step:" in line or "Error" in line or "Traceback" in line):
                         print(f"  [{time.time() - start:5.0f}s] {line.rstrip()[:200]}", flush=True)
                 proc.wait()
+            except BaseException:  # on_line raised, or an interrupt: the trainer must not outlive the call
+                proc.kill()
+                proc.wait()
+                raise
             finally:
                 watchdog.cancel()
         # Ray gives its raylet a fixed 30 s to register (ray/_private/node.py); on a machine
