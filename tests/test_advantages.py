@@ -49,6 +49,34 @@ def test_grpo_matches_verl_compute_grpo_outcome_advantage(norm, binary):
     assert torch.allclose(got.unsqueeze(-1) * mask, ref, rtol=1e-5, atol=1e-6)
 
 
+def test_grpo_matches_verl_v1_multi_trajectory_path_on_planner_sessions():
+    """The planner ablations run estimator `grpo`, i.e. verl V1's own `_compute_advantage`, which
+    groups each session's final output by uid; XRPO runs ours. With planner rounds (sessions of one
+    uid spread over rounds by their offsets, rows out of order) both must give the same advantages,
+    or the ablation would compare two different GRPOs."""
+    from verl import DataProto
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    scores, index = _random_batch(5)
+    sessions: dict[str, int] = {}
+    keys = []
+    for u in index:  # one output per session, session ids 0, 1, ... per uid in submission order
+        keys.append(f"{u}_{sessions.get(u, 0)}_0")
+        sessions[u] = sessions.get(u, 0) + 1
+    t = 6
+    mask = torch.ones(len(index), t)
+    mask[:, 4:] = torch.randint(0, 2, (len(index), 2), generator=torch.Generator().manual_seed(0)).float()
+    rewards = torch.zeros(len(index), t)
+    rewards[:, 3] = scores
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": index}
+    )
+    out = compute_advantage_for_multi_trajectories(data, keys, "grpo", num_repeat=8, norm_adv_by_std_in_grpo=True)
+    got = A.grpo_advantages(scores, index)
+    assert torch.allclose(got.unsqueeze(-1) * mask, out.batch["advantages"], rtol=1e-5, atol=1e-6)
+    assert (got != 0).sum() > len(index) // 4  # mixed groups: the comparison is not of zeros
+
+
 def test_grpo_hand_values_and_group_of_one():
     adv = A.grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0, 5.0, 0.3, 0.3]), [0, 0, 0, 0, 1, 2, 2])
     std = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1]
