@@ -4,13 +4,15 @@ Run: `pytest benchmarks/test_bench_cpu_step.py --benchmark-only`.
 Same tiny model, same arithmetic prompts and reward, same batch (B=4 prompts x G=4 completions,
 <= 24 new tokens, one optimizer step per training step, fp32, one torch thread). The baseline
 is TRL's GRPO step in the same run; the result is the ratio of median steady step times
-(`extra_info["ratio_vs_trl"]`; the issue's target is <= 2). Step 1 of each (process spawn,
-first compile) is excluded: "steady" means steps 2..STEPS.
+(`extra_info["ratio_vs_trl"]`). Issue 14's target is <= 1.5, not met (benchmarks/RESULTS.md,
+"CPU step"); the assertion fails above 2, a looser guard against regressions, because the ratio
+moves with the machine's load. Step 1 of each (process spawn, first compile) is excluded:
+"steady" means steps 2..STEPS.
 
 Matched algorithm: TRL with one iteration per batch never recomputes old log-probs (it uses the
 detached current ones), so verl runs with `algorithm.rollout_correction.bypass_mode=True`, i.e.
-the rollout's log-probs serve as pi_old (they equal the actor's to ~1e-6 here, see
-tests/e2e/test_cpu_grpo_e2e.py). XRPO_BENCH_CPU_BYPASS=0 measures verl's default path instead
+the rollout's log-probs serve as pi_old (they equal the actor's to ~1e-6 here: the
+`rollout_corr/*` metrics of any CPU run). XRPO_BENCH_CPU_BYPASS=0 measures verl's default path instead
 (+ one actor forward pass per step; measured 1.27 s vs TRL 0.57 s, ratio 2.23).
 """
 
@@ -137,4 +139,4 @@ def test_bench_verl_cpu_step(benchmark, model_dir, tmp_path):
     ratio = steady / _RESULTS["trl"]
     benchmark.extra_info["ratio_vs_trl"] = round(ratio, 3)
     print(f"\nsteady step: verl+hf {steady:.3f}s, TRL GRPOTrainer {_RESULTS['trl']:.3f}s, ratio {ratio:.2f}")
-    assert ratio <= 2.0, f"verl CPU steady step is {ratio:.2f}x TRL's (target <= 2x)"
+    assert ratio <= 2.0, f"verl CPU steady step is {ratio:.2f}x TRL's (guard: <= 2x; target 1.5x)"
