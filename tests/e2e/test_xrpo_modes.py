@@ -135,7 +135,13 @@ def test_checkpoint_written_and_resume_restores_plugin_state(xrpo_extra_run, res
 
 
 ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "xrpo/icl/corpus_size")
-SHARPENING_KEYS = ("xrpo/sharpening/bonus_rows", "xrpo/sharpening/bonus_share", "xrpo/sharpening/bonus_abs_mean")
+SHARPENING_KEYS = (
+    "xrpo/sharpening/bonus_rows",
+    "xrpo/sharpening/bonus_share",
+    "xrpo/sharpening/bonus_abs_mean",
+    "xrpo/sharpening/eligible_rows",
+    "xrpo/sharpening/seq_logp_spread",
+)
 NOVELTY_KEYS = ("xrpo/novelty/bonus_rows", "xrpo/novelty/bonus_share", "xrpo/novelty/positive_correct")
 PREFIX_KEYS = ("xrpo/guided/queued", "xrpo/prefix/hard_prompts", "xrpo/prefix/candidates/max", "xrpo/guided/injected")
 

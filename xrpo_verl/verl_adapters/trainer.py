@@ -564,6 +564,10 @@ def signal_metrics(view, inputs, algorithm=None, settings=None, novelty=None) ->
     out = {f"xrpo/{f}/bonus_{n}": 0.0 for f in ("sharpening", "novelty") for n in names}
     out["xrpo/novelty/positive_correct"] = 0.0
     out["xrpo/novelty/mean_correct"] = 0.0
+    # what sharpening can act on: correct responses of mixed groups clearly less likely than their
+    # group (each must get a bonus), and whether the likelihoods it reads vary at all
+    out["xrpo/sharpening/eligible_rows"] = 0.0
+    out["xrpo/sharpening/seq_logp_spread"] = 0.0
     if view is None:
         return {**out, "xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0}
     from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES
@@ -587,9 +591,12 @@ def signal_metrics(view, inputs, algorithm=None, settings=None, novelty=None) ->
     correct, idx = view.correct[valid], list(index[valid.numpy()])
     full = seq_adv(features)
     if "sharpening" in features:
-        with_sharp = seq_adv({"sharpening"})
-        eff = adv_lib.bonus_effect(with_sharp, seq_adv(()), correct, idx)
+        with_sharp, plain = seq_adv({"sharpening"}), seq_adv(())
+        eff = adv_lib.bonus_effect(with_sharp, plain, correct, idx)
         out.update({f"xrpo/sharpening/bonus_{n}": eff[n] for n in names})
+        log_eta = torch.log(adv_lib.novelty_ratio(inputs.seq_logp_mean[valid], idx).double())
+        out["xrpo/sharpening/eligible_rows"] = float((correct & (plain > 0) & (log_eta < -1e-4)).sum())
+        out["xrpo/sharpening/seq_logp_spread"] = float(log_eta.abs().mean()) if len(log_eta) else 0.0
     if "novelty" in features:
         eff = adv_lib.bonus_effect(full, seq_adv(features - {"novelty"}), correct, idx)
         out.update({f"xrpo/novelty/bonus_{n}": eff[n] for n in names})
