@@ -22,6 +22,7 @@ starts again.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -327,6 +328,28 @@ def parts_report(summary: dict, parts: dict[str, dict[str, bool]]) -> str:
     return "\n".join(lines)
 
 
+def check_model(out: Path, setting) -> None:
+    """Refuse to add runs to records made from another model (the records' `model.json`)."""
+    from xrpo_verl.local import tiny_model
+
+    model_dir = tiny_model.build(setting.model)
+    found = {
+        "key": setting.model.key,
+        "weights_sha256": hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest(),
+    }
+    path = out / "model.json"
+    if not path.exists():
+        path.write_text(json.dumps(found, indent=1))
+        return
+    recorded = json.loads(path.read_text())
+    if recorded["weights_sha256"] != found["weights_sha256"]:
+        raise SystemExit(
+            f"{out} holds runs of another model (weights {recorded['weights_sha256'][:12]}, key "
+            f"{recorded['key']}) than the one built here ({found['weights_sha256'][:12]}, key {found['key']}): "
+            "their before/after comparisons would mix the two; use another --out"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     from xrpo_verl.local import learning
 
@@ -352,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     before_path = out / "before.json"
     if not args.report_only:
+        check_model(out, replace(defaults, val_samples=args.k))
         if not before_path.exists():
             setting = replace(defaults, val_samples=args.k)
             before_path.write_text(json.dumps(measure(None, setting, seed=0)))

@@ -66,8 +66,9 @@ def test_rows_follow_the_converters_shape_and_route_to_the_code_scorer(tmp_path)
 
 def test_tokenizer_config_keeps_other_tasks_cache_keys():
     # the `code` field was added later: arith and addition models keep the keys of their caches
-    assert TinyModelConfig().key == "d4a0fc2af417"
-    assert TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600).key == "02ccdde60cbe"
+    # (which changed on purpose once since, when the build pinned the CPU kernels)
+    assert TinyModelConfig().key == "ae5cc51e3fb4"
+    assert TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600).key == "4c18b4ea8cab"
     assert TinyModelConfig(task="code").key != TinyModelConfig(task="code", vocab_size=500).key
 
 

@@ -1,6 +1,7 @@
 """The tiny model: deterministic, cached build; size."""
 
 import hashlib
+import json
 
 import pytest
 from transformers import AutoTokenizer
@@ -27,6 +28,24 @@ def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
     assert text == "<|im_start|>user\n1+1=?<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(ValueError, match="num_heads"):
         tiny_model.TinyModelConfig(hidden_size=30, num_heads=4)
+
+
+def test_build_pins_the_cpu_kernels_whatever_this_process_uses(tmp_path, monkeypatch):
+    """A CPU with AVX-512 would otherwise warm up a different model from one with AVX2 only."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip(f"not an x86-64 CPU with AVX2 (torch kernels: {torch.backends.cpu.get_cpu_capability()})")
+    config = tiny_model.TinyModelConfig(
+        hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=2, sft_batch_size=4
+    )
+    plain = tiny_model.build(config, root=tmp_path / "plain", verbose=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the caller's setting must not reach the build
+    other = tiny_model.build(config, root=tmp_path / "other", verbose=False)
+    metas = [json.loads((d / tiny_model.DONE_MARKER).read_text()) for d in (plain, other)]
+    assert [m["cpu_kernels"] for m in metas] == ["AVX2", "AVX2"]
+    digests = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (plain, other)]
+    assert digests[0] == digests[1]
 
 
 def test_default_tiny_model_has_about_5m_parameters():

@@ -4,7 +4,8 @@ Builds, from nothing but a seed: a byte-level BPE tokenizer trained on generated
 (digits split one per token) with a ChatML chat template, a random-init Qwen2 causal LM, and a
 short supervised warm-up on `a+b=?` -> `\\boxed{answer}` so that sampled answers are right often
 enough for RL to have signal. The result is cached under `cache_root()/<key>` where the key
-hashes the whole `TinyModelConfig`; the same config gives the same files.
+hashes the whole `TinyModelConfig`; the same config gives the same files on any x86-64 CPU with
+AVX2 (the build runs in a child process with torch's CPU kernels pinned, `PINNED_KERNELS`).
 """
 
 import argparse
@@ -12,8 +13,11 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import random
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +39,16 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 DONE_MARKER = "xrpo_tiny_model.json"
+# CPUs differ in the vector width of torch's kernels (AVX2 or AVX-512, picked at run time), hence in
+# the last bits of every sum; over a warm-up of hundreds of steps that grows into another model (121
+# of 400 greedy answers differed). The build pins the kernels, so the same config gives the same
+# weights on every x86-64 CPU with AVX2; the variables are read once, when torch and MKL load.
+PINNED_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+}
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,8 @@ class TinyModelConfig:
             extra["code_format"] = code_task.CODE_FORMAT
         else:  # added with the code task: the other tasks' models keep their cache key
             del fields["code"]
+        # models built before the kernels were pinned may differ by CPU: a new key rebuilds them
+        extra["kernels"] = PINNED_KERNELS["ATEN_CPU_CAPABILITY"]
         blob = json.dumps({**fields, "solution_format": SOLUTION_FORMAT, **extra}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -265,10 +281,26 @@ def greedy_accuracy(model, tokenizer, problems, max_new_tokens: int = 24) -> flo
 
 
 def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None, verbose: bool = True) -> Path:
-    """Return the cached model directory for `config`, building it first if absent."""
+    """Return the cached model directory for `config`, building it first if absent.
+
+    The build runs in a child process under `PINNED_KERNELS`: this process's torch has already
+    chosen its kernels.
+    """
     out = (root or cache_root()) / config.key
     if (out / DONE_MARKER).exists():
         return out
+    env = {**os.environ, **PINNED_KERNELS}
+    child = (
+        "import pickle, sys; from xrpo_verl.local import tiny_model; tiny_model._build(*pickle.load(sys.stdin.buffer))"
+    )
+    done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps((config, out, verbose)), env=env)
+    if done.returncode != 0 or not (out / DONE_MARKER).exists():
+        raise RuntimeError(f"building the tiny model {config.key} in {out} failed (exit {done.returncode}); see above")
+    return out
+
+
+def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
+    """The build itself, in the child process `build` starts."""
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if verbose:
         print(f"building tiny model {config.key} (seed {config.seed}) in {out}", flush=True)
@@ -290,6 +322,7 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
         "final_sft_loss": losses[-1] if losses else None,
         "greedy_accuracy": accuracy,
         "build_seconds": round(time.time() - start, 1),
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),  # AVX2 where PINNED_KERNELS took effect
     }
     (tmp / DONE_MARKER).write_text(json.dumps(meta, indent=1))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -303,7 +336,6 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
             f"{meta['build_seconds']}s",
             flush=True,
         )
-    return out
 
 
 def main(argv: list[str] | None = None) -> None:
