@@ -63,3 +63,24 @@ def test_parts_report_says_off_for_a_part_the_method_lacks():
     assert xrpo["ICL prompts"] == "1.50" and xrpo["ICL flips"] == "0.250" and xrpo["entropy"] == "0.200"
     assert xrpo["rollouts/prompt min–max"] == "—"  # on, but not logged
     assert extra["ICL prompts"] == "off" and extra["entropy"] == "0.200"
+
+
+def test_check_model_refuses_runs_of_another_model(tmp_path, monkeypatch):
+    """Records made from one build must not gain runs of another (a CPU that builds differently)."""
+    import json
+    from dataclasses import replace
+
+    from xrpo_verl.local import learning, tiny_model
+
+    monkeypatch.setenv("XRPO_VERL_CACHE", str(tmp_path / "cache"))
+    tiny = tiny_model.TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=1, sft_batch_size=2)
+    setting = replace(learning.LearningSetting(), model=tiny)
+    out = tmp_path / "study"
+    out.mkdir()
+    study.check_model(out, setting)  # first run: records the model
+    recorded = json.loads((out / "model.json").read_text())
+    assert recorded["key"] == tiny.key and len(recorded["weights_sha256"]) == 64
+    study.check_model(out, setting)  # the same model: accepted
+    (out / "model.json").write_text(json.dumps({**recorded, "weights_sha256": "0" * 64}))
+    with pytest.raises(SystemExit, match="another model"):
+        study.check_model(out, setting)
