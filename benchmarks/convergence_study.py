@@ -375,9 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     before_path = out / "before.json"
     if not args.report_only:
-        check_model(out, replace(defaults, val_samples=args.k))
+        setting = replace(defaults, val_samples=args.k)
+        check_model(out, setting)
         if not before_path.exists():
-            setting = replace(defaults, val_samples=args.k)
             before_path.write_text(json.dumps(measure(None, setting, seed=0)))
         for seed in args.seeds:
             for method in args.methods:
