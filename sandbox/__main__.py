@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from . import get_backend, judge
+from . import RemoteJudge, get_backend, judge
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,11 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             problem = json.load(f)
         with open(args.solution) as f:
             code = f.read()
-        opts = {"url": args.url, "protocol": args.protocol} if args.backend == "remote" else {}
         if args.backend == "remote" and not args.url:
             print("error: --backend remote needs --url", file=sys.stderr)
             return 2
-        backend = get_backend(args.backend, **opts)
+        backend = RemoteJudge(args.url, args.protocol) if args.backend == "remote" else get_backend(args.backend)
         try:
             result = judge(problem, code, args.language, backend=backend, stop_on_first_failure=not args.all_tests)
         except ValueError as e:

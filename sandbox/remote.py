@@ -1,11 +1,15 @@
 """Judge on sandbox servers over HTTP: our own (`python -m sandbox serve`, POST /judge), or
-SandboxFusion's `/run_code` API (one request per test; comparison and verdicts stay here).
+SandboxFusion's `/run_code` API (one request per test, each graded here by judges/scoring.py, the
+rule local judging uses).
 
-A judge-level transport, not a Backend: the server compiles, runs and compares. Requests are
-spread over the servers round robin. A request moves to the next server only when it cannot have
-run there (connection refused, or 503, which our server answers only for work it did not start);
-anything else (a timeout, a reset mid-request, another 5xx) is a SandboxError, never retried
-here, so a submission is never judged twice with different results.
+    judge(problem, code, "python", backend=RemoteJudge(["http://a:8080", "http://b:8080"]))
+
+A judge-level transport, not a Backend: it takes whole submissions, and the server compiles and
+runs them (ours also compares). Requests are spread over the servers round robin. A request
+moves to the next server only when it cannot have run there (connection refused, or 503, which
+our server answers only for work it did not start); anything else (a timeout, a reset
+mid-request, another 5xx) is a SandboxError, never retried here, so a submission is never
+judged twice with different results.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import urllib.error
 import urllib.request
 from typing import Literal
 
-from .judges.classify import RUNTIME_SLACK_MB, run_verdict
+from .judges.classify import RUNTIME_SLACK_MB
+from .judges.scoring import HARNESS, grade_test, summary, test_limits
 from .languages import COMPILE_LIMITS, Language
 from .problem import Problem
-from .verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
+from .verdict import JudgeResult, RunResult, RunStatus, SandboxError, Verdict
 
 PROTOCOLS = ("xrpo", "sandboxfusion")
 
@@ -30,7 +35,10 @@ class NotRun(Exception):
 
 
 class RemoteJudge:
-    """Judges whole submissions on one or more sandbox servers (see the module docstring)."""
+    """Judges whole submissions on one or more sandbox servers (see the module docstring).
+
+    `url` is one server or a list; `protocol` is "xrpo" (our /judge) or "sandboxfusion" (/run_code).
+    """
 
     name = "remote"
 
@@ -74,9 +82,7 @@ class RemoteJudge:
         return self._judge_sandboxfusion(prob, code, lang, stop_on_first_failure)
 
     def _judge_sandboxfusion(self, prob: Problem, code: str, lang: Language, stop: bool) -> JudgeResult:
-        """One /run_code request per test; the verdict comes from the same classifier as local runs."""
-        from .judges.grader import HARNESS, compare_output, summary, test_limits
-
+        """One /run_code request per test, graded by `grade_test` as local runs are."""
         if prob.checker is not None:
             raise ValueError(f"problem {prob.id!r} has a checker, which SandboxFusion's run_code cannot run")
         if prob.kind == "functional":  # the harness and the solution travel as one file
@@ -98,18 +104,10 @@ class RemoteJudge:
             comp, run = resp.get("compile_result") or {}, resp.get("run_result") or {}
             if comp and (comp.get("status") != "Finished" or comp.get("return_code") != 0):
                 return JudgeResult(Verdict.CE, 0, len(prob.tests), message=str(comp.get("stderr", ""))[-2000:])
-            r = sandboxfusion_run(run, limits)
-            v = run_verdict(r, limits)
-            if v is Verdict.SE:
-                raise SandboxError(f"SandboxFusion run failed: {r.message}")
-            msg = r.stderr[-300:].decode(errors="replace") if v is not None else ""
-            if v is None:
-                msg = compare_output(prob, i, r.stdout)
-                v = Verdict.WA if msg else Verdict.AC
-            tests.append(TestResult(i, v, 0.0, r.wall_s, 0.0, r.exit_code, msg or ""))
-            if stop and v is not Verdict.AC:
+            tests.append(grade_test(prob, i, sandboxfusion_run(run), limits))
+            if stop and tests[-1].verdict is not Verdict.AC:
                 break
-        return summary(tests, len(prob.tests), stop)
+        return summary(tests, len(prob.tests))
 
     def close(self) -> None:
         """Nothing to release (kept so a RemoteJudge can stand where a Backend is closed)."""
@@ -121,15 +119,17 @@ class RemoteJudge:
         self.close()
 
 
-def sandboxfusion_run(run: dict, limits: Limits) -> RunResult:
-    """A SandboxFusion run_result as a RunResult, for run_verdict."""
+def sandboxfusion_run(run: dict) -> RunResult:
+    """A SandboxFusion run_result as a RunResult, for grade_test."""
     out, err = (str(run.get(k) or "").encode(errors="surrogatepass") for k in ("stdout", "stderr"))
     wall = float(run.get("execution_time") or 0.0)
     status, code = run.get("status"), run.get("return_code")
     if status == "TimeLimitExceeded":
         return RunResult(RunStatus.TIMEOUT, stdout=out, stderr=err, wall_s=wall)
     if status != "Finished":
-        return RunResult(RunStatus.ERROR, message=f"run status {status!r}: {err[-300:].decode(errors='replace')}")
+        return RunResult(
+            RunStatus.ERROR, message=f"SandboxFusion run status {status!r}: {err[-300:].decode(errors='replace')}"
+        )
     if code == 0:
         return RunResult(RunStatus.OK, exit_code=0, stdout=out, stderr=err, wall_s=wall)
     return RunResult(RunStatus.EXITED, exit_code=code, stdout=out, stderr=err, wall_s=wall)

@@ -1,4 +1,8 @@
-"""Sandbox backends and `get_backend` (see base.py for the interface)."""
+"""Sandbox backends and `get_backend` (see base.py for the interface).
+
+Backends run processes; they know nothing of judges or remote servers (a remote judge is a
+`sandbox.RemoteJudge`, which `judge()` takes in place of a backend).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import threading
 
 from .base import Backend, RunSpec, Session
 
-_NAMES = ("auto", "docker", "bwrap", "remote")
+_NAMES = ("auto", "docker", "bwrap")
 _shared: dict[str, Backend] = {}
 _lock = threading.Lock()
 
@@ -14,11 +18,14 @@ _lock = threading.Lock()
 def get_backend(name: str = "auto", **opts) -> Backend:
     """A backend by name. Without options, one shared instance per name keeps its workers warm.
 
-    "auto" is Docker when a daemon answers and the image exists, else bubblewrap.
-    "remote" needs url=... (one URL or a list) and gives a `RemoteJudge` (sandbox/remote.py), a
-    judge-level transport that `judge()` accepts in place of a Backend; "docker" accepts
-    DockerConfig fields, "bwrap" BwrapConfig fields.
+    "auto" is Docker when a daemon answers and the image exists, else bubblewrap. "docker"
+    accepts DockerConfig fields, "bwrap" BwrapConfig fields.
     """
+    if name == "remote":  # the name a remote judge once had here
+        raise ValueError(
+            "a remote judge is not a backend: build sandbox.RemoteJudge(url, protocol=...) "
+            "and pass it to judge(..., backend=...)"
+        )
     if name not in _NAMES:
         raise ValueError(f"unknown backend {name!r}; choose one of {_NAMES}")
     if opts:
@@ -38,15 +45,9 @@ def _make(name: str, opts: dict) -> Backend:
         from .bwrap import BwrapBackend, BwrapConfig
 
         return BwrapBackend(BwrapConfig(**opts))
-    if name == "docker":
-        from .docker import DockerBackend, DockerConfig
+    from .docker import DockerBackend, DockerConfig
 
-        return DockerBackend(DockerConfig(**opts))
-    from ..remote import RemoteJudge
-
-    if "url" not in opts:
-        raise ValueError("the remote judge needs url=..., e.g. get_backend('remote', url='http://127.0.0.1:8080')")
-    return RemoteJudge(**opts)
+    return DockerBackend(DockerConfig(**opts))
 
 
 __all__ = ["Backend", "RunSpec", "Session", "get_backend"]

@@ -1,1 +1,2 @@
-"""Judges: compile, run every test through a backend session, compare, and give verdicts."""
+"""Judges: grader.py judges a submission on a backend (or hands it to a RemoteJudge); scoring.py
+grades one test from its run, whatever ran it; classify.py and compare.py hold the rules."""

@@ -1,32 +1,24 @@
 """`judge()`: compile, run every test in one backend session, compare, and give verdicts.
 
-Judges never start processes themselves: they hand RunSpecs to a backend session.
+Judges never start processes themselves: they hand RunSpecs to a backend session. A
+`RemoteJudge` given in place of a backend judges the whole submission on its servers instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 from ..backends import Backend, RunSpec, get_backend
 from ..languages import COMPILE_LIMITS, PYTHON, Language, get_language
 from ..problem import Problem, as_problem
 from ..remote import RemoteJudge
 from ..verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
-from . import compare
-from .classify import RUNTIME_SLACK_MB, run_verdict
+from .scoring import HARNESS, grade_test, summary, test_limits
 
 log = logging.getLogger(__name__)
 
-HARNESS = (Path(__file__).parent / "functional_harness.py").read_bytes()
 CHECKER_LIMITS = Limits(cpu_s=10, wall_s=20, memory_mb=1024, max_output_bytes=1 << 20)
-
-
-def test_limits(problem: Problem) -> Limits:
-    """Per-test caps: CPU = the time limit; the wall clock allows for a loaded machine."""
-    tl = problem.time_limit_s
-    return Limits(cpu_s=tl, wall_s=2 * tl + 1, memory_mb=problem.memory_mb + RUNTIME_SLACK_MB)
 
 
 def judge(
@@ -70,25 +62,15 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
         ce, runs = _compile_and_run(s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop)
     if ce is not None:
         return JudgeResult(Verdict.CE, 0, n, message=ce)
-    tests, pending = [], []
+    tests = []
     for i, r in enumerate(runs):
-        v = run_verdict(r, limits)
-        if v is Verdict.SE:
-            raise SandboxError(f"test {i}: {r.message}")
-        msg = r.stderr[-300:].decode(errors="replace") if v is not None else ""
-        if v is None and prob.checker is None:
-            msg = compare_output(prob, i, r.stdout)
-            v = Verdict.WA if msg else Verdict.AC
-        tests.append(
-            TestResult(i, v if v is not None else Verdict.AC, r.cpu_s, r.wall_s, r.memory_mb, r.exit_code, msg or "")
-        )
-        if v is None:
-            pending.append(i)
-        if stop and v not in (None, Verdict.AC):
+        tests.append(grade_test(prob, i, r, limits))
+        if stop and tests[-1].verdict is not Verdict.AC:
             break
-    if prob.checker is not None and pending:
+    pending = [t.index for t in tests if t.verdict is Verdict.AC] if prob.checker is not None else []
+    if pending:
         _check(prob, be, tests, {i: runs[i].stdout for i in pending}, stop)
-    return summary(tests, n, stop)
+    return summary(tests, n)
 
 
 def _compile_and_run(
@@ -114,14 +96,6 @@ def _compile_and_run(
     return (r.stderr or r.stdout)[-2000:].decode(
         errors="replace"
     ) or f"compiler exited with {r.exit_code or r.signal}", []
-
-
-def compare_output(prob: Problem, i: int, stdout: bytes) -> str | None:
-    produced = stdout.decode("utf-8", errors="replace")
-    expected = prob.tests[i].output
-    if prob.kind == "functional":
-        return compare.lcb_functional(expected, produced)
-    return compare.COMPARATORS[prob.judge](expected, produced)
 
 
 def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[int, bytes], stop: bool) -> None:
@@ -156,11 +130,3 @@ def _check(prob: Problem, be: Backend, tests: list[TestResult], outputs: dict[in
             if stop:
                 del tests[i + 1 :]
                 return
-
-
-def summary(tests: list[TestResult], n: int, stop: bool) -> JudgeResult:
-    passed = sum(t.verdict is Verdict.AC for t in tests)
-    first_bad = next((t for t in tests if t.verdict is not Verdict.AC), None)
-    if first_bad is None and len(tests) < n:
-        raise SandboxError(f"the backend returned {len(tests)} of {n} results")
-    return JudgeResult(first_bad.verdict if first_bad else Verdict.AC, passed, n, tests)

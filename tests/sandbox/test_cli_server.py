@@ -1,4 +1,4 @@
-"""CLI, HTTP server (/judge, SandboxFusion-compatible /run_code) and the remote backend."""
+"""CLI, HTTP server (/judge, SandboxFusion-compatible /run_code) and the remote judge."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sandbox import Verdict, get_backend, judge
+from sandbox import RemoteJudge, Verdict, get_backend, judge
 from sandbox.server import running_server
 
 AB = {
@@ -64,8 +64,8 @@ def server(bwrap_backend):  # the fixture only checks that bwrap works here
         yield url
 
 
-def test_remote_backend_through_our_server(server):
-    remote = get_backend("remote", url=server)
+def test_remote_judge_through_our_server(server):
+    remote = RemoteJudge(server)
     r = judge(AB, SOL, "python", backend=remote)
     assert (r.verdict, r.passed, r.total) == (Verdict.AC, 2, 2)
     assert judge(AB, "print(1/0)", "python", backend=remote).verdict is Verdict.RE
@@ -73,8 +73,38 @@ def test_remote_backend_through_our_server(server):
         judge(AB, SOL, "java", backend=remote)
 
 
+def test_cli_judges_on_a_remote_server(tmp_path, server):
+    r = _cli(tmp_path, AB, SOL, "--backend", "remote", "--url", server)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verdict"] == "AC"
+
+
+def test_get_backend_points_remote_to_remote_judge():
+    with pytest.raises(ValueError, match="RemoteJudge"):
+        get_backend("remote", url="http://127.0.0.1:9")
+
+
+def test_sandboxfusion_failure_is_se_and_a_wrong_answer_stops_the_tests(monkeypatch):
+    """The SandboxFusion path grades each /run_code answer as local runs are (no server needed)."""
+    stdins_sent = []
+
+    def post(self, path, body):
+        stdins_sent.append(body["stdin"])
+        return {"status": "Success", "run_result": runs.pop(0)}
+
+    monkeypatch.setattr(RemoteJudge, "post", post)
+    sf = RemoteJudge("http://127.0.0.1:9", protocol="sandboxfusion")
+    runs = [{"status": "Finished", "return_code": 0, "stdout": "0\n"}, {"status": "Finished", "return_code": 0}]
+    r = judge(AB, SOL, "python", backend=sf)
+    assert (r.verdict, r.passed, len(r.tests), len(stdins_sent)) == (Verdict.WA, 0, 1, 1)
+    assert r.tests[0].message.startswith("line 1")
+    runs = [{"status": "Error", "stderr": "executor died"}]
+    r = judge(AB, SOL, "python", backend=sf)
+    assert r.verdict is Verdict.SE and "executor died" in r.message
+
+
 def test_sandboxfusion_protocol_against_our_run_code(server):
-    sf = get_backend("remote", url=server, protocol="sandboxfusion")
+    sf = RemoteJudge(server, protocol="sandboxfusion")
     assert judge(AB, SOL, "python", backend=sf).verdict is Verdict.AC
     assert judge(AB, "print(5)", "python", backend=sf).verdict is Verdict.WA
     cpp = "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a+b;}"
@@ -94,7 +124,7 @@ def test_sandboxfusion_protocol_against_our_run_code(server):
 
 
 def test_run_code_response_shape(server):
-    sf = get_backend("remote", url=server, protocol="sandboxfusion")
+    sf = RemoteJudge(server, protocol="sandboxfusion")
     resp = sf.post(
         "/run_code",
         {"code": "import sys\nprint(sys.stdin.read().upper())", "language": "python", "stdin": "hi", "run_timeout": 5},
@@ -106,6 +136,6 @@ def test_run_code_response_shape(server):
 
 
 def test_unreachable_remote_is_se_not_wa():
-    remote = get_backend("remote", url="http://127.0.0.1:9")
+    remote = RemoteJudge("http://127.0.0.1:9")
     r = judge(AB, SOL, "python", backend=remote)
     assert r.verdict is Verdict.SE and "refused" in r.message

@@ -8,7 +8,7 @@ import pytest
 
 from sandbox import Limits, Problem, RunResult, RunStatus, Verdict, judge
 from sandbox.judges import compare
-from sandbox.judges.grader import RUNTIME_SLACK_MB, run_verdict
+from sandbox.judges.classify import RUNTIME_SLACK_MB, run_verdict
 
 
 def test_lcb_stdio_exact_rules():

@@ -82,10 +82,11 @@ DEFAULT_CONFIG = CodeRewardConfig()
 
 
 @functools.cache
-def _remote_backend(url: str, protocol: str):
-    from sandbox import get_backend
+def _remote_backend(url: str | tuple[str, ...], protocol: str):
+    """One RemoteJudge per (url, protocol), shared by a worker's judge calls (its round robin)."""
+    from sandbox import RemoteJudge
 
-    return get_backend("remote", url=url, protocol=protocol)
+    return RemoteJudge(url, protocol=protocol)
 
 
 def _as_problem(value: object, where: str) -> dict | None:
