@@ -1,15 +1,8 @@
 """Launch, print or check a GPU recipe: `python recipes/launch.py math/xrpo --model qwen3_1.7b [--check|--print]`.
 
 A recipe is `recipes/<family>/<method>.yaml`; the model variant `recipes/models/<model>.yaml`
-adds the model path and the hardware (GPUs, tensor parallelism, micro-batch token budgets).
-Keys of a recipe file:
-
-    description  one line
-    hardware     where it runs (required in model files)
-    config_name  xrpo_trainer (our trainer mode, xrpo_verl/hydra_config/) or ppo_trainer (verl's own)
-    extends      recipe files applied first (paths relative to recipes/)
-    env          defaults of the ${UPPER_CASE} placeholders; the environment overrides them
-    overrides    Hydra overrides, in order (a later one wins)
+adds the model path and the hardware (GPUs, tensor parallelism, micro-batch token budgets). The
+file format and the order of `extends` are `xrpo_verl/recipe_files.py`, shared with the CPU recipes.
 
 Overrides are applied in the order: extends..., the recipe, the model file, the command line.
 `--check` composes the Hydra config on CPU and runs verl's own `validate_config`, the dataclass
@@ -25,9 +18,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from xrpo_verl import recipe_files
+
 RECIPE_ROOT = Path(__file__).resolve().parent
-RECIPE_KEYS = frozenset({"description", "hardware", "config_name", "extends", "env", "overrides"})
-CONFIG_NAMES = ("xrpo_trainer", "ppo_trainer")
 _PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 # `+key=value` adds a key that verl's schema lacks, so Hydra cannot catch a typo in it; only
 # these free-form sections may be extended that way (each is read by code that rejects unknown keys
@@ -39,33 +32,9 @@ FREE_FORM_PREFIXES = (
 )
 
 
-def _load(path: Path) -> dict:
-    import yaml
-
-    if not path.is_file():
-        raise ValueError(f"recipe file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(data) - RECIPE_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(RECIPE_KEYS)}")
-    if not isinstance(data.get("overrides", []), list):
-        raise ValueError(f"{path}: overrides must be a list of 'key=value' strings")
-    return data
-
-
 def recipe_path(name: str) -> Path:
     """`math/xrpo` -> recipes/math/xrpo.yaml (a name may also end in .yaml)."""
-    return RECIPE_ROOT / (name if name.endswith(".yaml") else f"{name}.yaml")
-
-
-def _chain(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[Path, dict]]:
-    if path in seen:
-        raise ValueError(f"recipe {path} extends itself through {[str(p) for p in seen]}")
-    data = _load(path)
-    out: list[tuple[Path, dict]] = []
-    for parent in data.get("extends", []) or []:
-        out += _chain(recipe_path(parent), seen + (path,))
-    return out + [(path, data)]
+    return recipe_files.recipe_path(RECIPE_ROOT, name)
 
 
 def available_models() -> list[str]:
@@ -103,24 +72,20 @@ def resolve(recipe: str, model: str, extra: list[str] = (), environ: dict[str, s
     """Everything needed to launch: config_name, config_dir, overrides (placeholders filled), hardware."""
     if model not in available_models():
         raise ValueError(f"unknown model variant {model!r}; available: {available_models()}")
-    layers, seen = [], set()
-    for path, data in _chain(recipe_path(recipe)) + _chain(RECIPE_ROOT / "models" / f"{model}.yaml"):
-        if path not in seen:  # a base shared by two parents applies once, at its first position
-            seen.add(path)
-            layers.append((path, data))
+    layers = recipe_files.layers([recipe_path(recipe), recipe_path(f"models/{model}")], RECIPE_ROOT)
     env: dict[str, str] = {}
-    config_name, hardware, raw = None, None, []
+    hardware, raw = None, []
     for path, data in layers:
         env.update({k: str(v) for k, v in (data.get("env") or {}).items()})
-        config_name = data.get("config_name", config_name)
         hardware = data.get("hardware", hardware)
         raw += [(str(path.relative_to(RECIPE_ROOT)), o) for o in data.get("overrides", [])]
+    config_name = recipe_files.config_name(layers)
     environ = dict(os.environ if environ is None else environ)
     # Declared names take the environment's value; undeclared ones (e.g. HOME) may only be used
     # inside env defaults and come from the environment as they are.
     env = {**environ, **env, **{k: v for k, v in environ.items() if k in env}, "MODEL": model}
-    if config_name not in CONFIG_NAMES:
-        raise ValueError(f"recipe {recipe!r}: config_name {config_name!r} is not one of {list(CONFIG_NAMES)}")
+    if config_name is None:
+        raise ValueError(f"recipe {recipe!r} sets no config_name; one of {list(recipe_files.CONFIG_NAMES)}")
     if not hardware:
         raise ValueError(f"model file {model}.yaml must state its hardware")
     overrides = [substitute(o, env, where) for where, o in raw] + list(extra)

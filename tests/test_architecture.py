@@ -1,5 +1,10 @@
-"""The layers of docs/architecture.md, checked on the source: who may import what, and that every
-`docs/...` file the code names exists in the repository."""
+"""The layers of docs/architecture.md, checked on the source: who may import what, that no module
+imports itself back through others, and that every `docs/...` file the code names exists.
+
+An import is any `import`/`from` statement, at module level or inside a function (a lazy import is
+still a dependency), and any module of ours named by a string constant: `importlib.import_module`,
+a plugin's registration table, `VERL_USE_EXTERNAL_MODULES`.
+"""
 
 import ast
 import re
@@ -8,38 +13,132 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+OURS = ("xrpo_verl", "sandbox")
 PURE = ["planner", "advantages", "novelty", "icl", "prefix", "metrics", "embeddings", "config"]
 FRAMEWORKS = {"verl", "ray", "transfer_queue", "tensordict", "hydra", "omegaconf"}
 
-# layer (files) -> top-level packages it must never import
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for top in OURS for p in (ROOT / top).rglob("*.py")}
+
+
+def _ours(name: str) -> str | None:
+    """The module of ours that importing `name` loads (a name may end in a class or function)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(path: Path) -> set[str]:
+    """Every module `path` imports: top-level names of third-party packages, full names of ours."""
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            subs = [f"{base}.{a.name}" for a in node.names]
+            names = [n for n in subs if n in MODULES] or [base]  # `from pkg import module` imports the module
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
+            names = [node.value]  # importlib.import_module("..."), registration tables, env variables
+        for name in names:
+            ours = _ours(name) if name.split(".")[0] in OURS else None
+            out.add(ours if ours else name.split(".")[0])
+    out.discard(me)
+    return out
+
+
+GRAPH = {m: {d for d in imports(p) if d in MODULES} for m, p in MODULES.items()}
+
+
+def _files(*patterns: str) -> list[Path]:
+    return sorted(p for pattern in patterns for p in ROOT.glob(pattern))
+
+
+# layer -> (its files, what they must never import: a top-level package, or a package of ours)
 RULES = {
-    "xrpo_verl/<pure>.py": ([ROOT / "xrpo_verl" / f"{m}.py" for m in PURE], FRAMEWORKS | {"sandbox"}),
-    "sandbox/": (sorted((ROOT / "sandbox").rglob("*.py")), FRAMEWORKS | {"torch", "xrpo_verl", "transformers"}),
+    "xrpo_verl/<pure>.py": (
+        [ROOT / "xrpo_verl" / f"{m}.py" for m in PURE],
+        FRAMEWORKS | {"sandbox", "xrpo_verl.verl_adapters", "xrpo_verl.local", "xrpo_verl.rewards", "xrpo_verl.eval"},
+    ),
+    "sandbox/": (_files("sandbox/**/*.py"), FRAMEWORKS | {"torch", "transformers", "xrpo_verl"}),
     "xrpo_verl/rewards/ scorers": (
         [ROOT / "xrpo_verl" / "rewards" / f"{m}.py" for m in ("math", "code", "extract", "routing")],
-        FRAMEWORKS,
+        FRAMEWORKS | {"xrpo_verl.verl_adapters", "xrpo_verl.local"},
     ),
-    "xrpo_verl/data/": (sorted((ROOT / "xrpo_verl" / "data").rglob("*.py")), FRAMEWORKS),
+    "xrpo_verl/data/": (_files("xrpo_verl/data/**/*.py"), FRAMEWORKS),
+    # the adapters import verl and everything of ours below them, nothing above
+    "xrpo_verl/verl_adapters/, rewards/manager.py": (
+        _files("xrpo_verl/verl_adapters/*.py", "xrpo_verl/rewards/manager.py"),
+        {"xrpo_verl.local", "xrpo_verl.eval"},
+    ),
 }
 
 
-def imported_packages(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+def _banned(imported: set[str], banned: set[str]) -> list[str]:
+    return sorted(m for m in imported if m in banned or any(m.startswith(b + ".") for b in banned))
 
 
 @pytest.mark.parametrize("layer", sorted(RULES))
 def test_layer_imports_nothing_above_it(layer):
     files, banned = RULES[layer]
     assert files, layer
-    offenders = {str(f.relative_to(ROOT)): sorted(imported_packages(f) & banned) for f in files}
+    offenders = {str(f.relative_to(ROOT)): _banned(imports(f), banned) for f in files}
     assert {f: b for f, b in offenders.items() if b} == {}
+
+
+def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):
+    """A scan that missed these would pass a circle made of them."""
+    assert "xrpo_verl.verl_adapters.trainer" in GRAPH["xrpo_verl.verl_adapters.plugin"]  # registration table
+    assert "xrpo_verl.local.register" in GRAPH["xrpo_verl.local.launch"]  # VERL_USE_EXTERNAL_MODULES
+    assert "xrpo_verl.local.shims" in GRAPH["xrpo_verl.local.register"]  # imported inside enable()
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    assert _cycles(GRAPH) == []
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check can fail
 
 
 def _sources() -> list[Path]:

@@ -149,7 +149,7 @@ def test_bad_recipe_files_and_names_fail(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("overides: [a=b]\n")
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['overides'\]"):
-        launch._chain(bad)
+        launch.resolve(str(bad), "qwen3_1.7b")
     with pytest.raises(ValueError, match="unknown model variant 'gpt5'"):
         launch.resolve("math/grpo", "gpt5")
     with pytest.raises(ValueError, match="does not exist"):

@@ -54,7 +54,7 @@ def untied_model_dir() -> Path:
     """The warmed-up tiny model with its output layer untied (a weight push must carry lm_head too)."""
     from xrpo_verl.local import tiny_model
 
-    return vllm_cpu.untied_copy(tiny_model.build())
+    return tiny_model.untied_copy(tiny_model.build())
 
 
 @pytest.fixture(scope="session")

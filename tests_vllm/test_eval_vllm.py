@@ -6,14 +6,15 @@ import os
 import pytest
 
 from xrpo_verl.eval import generate as G
-from xrpo_verl.local import arith, tiny_model, vllm_cpu
+from xrpo_verl.local import arith, tiny_model
+from xrpo_verl.local.switches import VLLM_SWITCH
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def generator(untied_model_dir):
-    os.environ[vllm_cpu.VLLM_SWITCH] = "1"  # the explicit switch; the Makefile sets vLLM's CPU knobs
+    os.environ[VLLM_SWITCH] = "1"  # the explicit switch; the Makefile sets vLLM's CPU knobs
     sampling = G.SamplingConfig(k=4, temperature=1.0, top_p=1.0, max_new_tokens=24, seed=3)
     gen = G.make_generator(str(untied_model_dir), sampling, backend="vllm")
     assert isinstance(gen, G.VLLMGenerator)

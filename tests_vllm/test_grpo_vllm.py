@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import launch, vllm_cpu
+from xrpo_verl.local import launch
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def grpo_run(untied_model_dir, arith_data, tmp_path_factory):
         str(untied_model_dir), str(train), str(val), str(tmp_path_factory.mktemp("grpo_vllm")), steps=4, lr=1e-3
     )
     start = time.time()
-    result = vllm_cpu.launch(
+    result = launch.launch_vllm(
         run,
         "grpo",
         timeout_s=1500,

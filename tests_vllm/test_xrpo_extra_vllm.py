@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from xrpo_verl.local import arith, launch, vllm_cpu
+from xrpo_verl.local import arith, launch
 from xrpo_verl.local.launch import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ def xrpo_extra_run(untied_model_dir, tmp_path_factory):
         str(untied_model_dir), str(train), str(val), str(root / "run"), steps=STEPS, save_freq=STEPS, prompts_per_step=8
     )
     start = time.time()
-    result = vllm_cpu.launch(run, "xrpo_extra", timeout_s=1800)
+    result = launch.launch_vllm(run, "xrpo_extra", timeout_s=1800)
     print(f"\n[xrpo_extra_vllm] launch took {time.time() - start:.0f}s")
     assert result.returncode == 0, result.stdout[-8000:]
     return run, read_metrics(run.metrics_path)

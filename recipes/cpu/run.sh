@@ -10,4 +10,4 @@ recipe="${1:?usage: recipes/cpu/run.sh grpo|xrpo|extra|xrpo_extra [--steps N] [-
 shift
 PY="${PYTHON:-.venv/bin/python}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-exec "$PY" -m xrpo_verl.local.launch --recipe "$recipe" --out "outputs/cpu_$recipe" "$@"
+exec "$PY" -m xrpo_verl.local.learning --recipe "$recipe" --out "outputs/cpu_$recipe" "$@"

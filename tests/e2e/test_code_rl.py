@@ -139,7 +139,7 @@ def run(request, code_model_dir, tmp_path_factory):
     cpu = code_rl.cpu_run(root / "out", setting, data=(train, val))
     before = _sandbox_state()
     killer = ContainerKiller(before["containers"]) if backend == "docker" else None
-    extra = code_rl.overrides(setting) + [
+    extra = [
         f"trainer.rollout_data_dir={root / 'rollouts'}",
         "algorithm.xrpo.icl.max_example_tokens=48",  # a reference program is ~26 tokens
     ]

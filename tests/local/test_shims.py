@@ -40,11 +40,11 @@ def test_cpu_switch_controls_every_registration(switch, expected):
 
 
 def test_cpu_switch_rejects_unknown_values(monkeypatch):
-    from xrpo_verl.local import register
+    from xrpo_verl.local import switches
 
     monkeypatch.setenv("XRPO_VERL_CPU", "yes")
     with pytest.raises(ValueError, match="XRPO_VERL_CPU='yes'"):
-        register.cpu_enabled()
+        switches.cpu_enabled()
 
 
 def test_shim_targets_exist_in_installed_verl():

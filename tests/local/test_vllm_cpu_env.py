@@ -4,7 +4,7 @@ path runs in tests_vllm/ (`make test-vllm`)."""
 
 import pytest
 
-from xrpo_verl.local import vllm_cpu
+from xrpo_verl.local import switches, vllm_cpu
 from xrpo_verl.local.vllm_cpu import environment_problem
 
 AVX2 = {"sse4_2", "avx", "avx2"}
@@ -45,7 +45,7 @@ def test_fitting_environments_pass(vllm_switch, cpu_switch, version):
 
 
 def test_switch_rejects_unclear_values():
-    assert vllm_cpu.vllm_cpu_enabled({}) is False
-    assert vllm_cpu.vllm_cpu_enabled({"XRPO_VERL_VLLM_CPU": "1"}) is True
+    assert switches.vllm_cpu_enabled({}) is False
+    assert switches.vllm_cpu_enabled({"XRPO_VERL_VLLM_CPU": "1"}) is True
     with pytest.raises(ValueError, match="expected '1'"):
-        vllm_cpu.vllm_cpu_enabled({"XRPO_VERL_VLLM_CPU": "yes"})
+        switches.vllm_cpu_enabled({"XRPO_VERL_VLLM_CPU": "yes"})

@@ -49,12 +49,15 @@ class CodeSetting:
     model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
     """the warmed-up model"""
 
+    def reward_overrides(self) -> list[str]:
+        """The reward of this task: the `xrpo` manager, judging in the sandbox."""
+        return reward_overrides(self.backend, self.url, self.max_concurrency)
+
 
 def reward_overrides(backend: str, url: tuple[str, ...] = (), max_concurrency: int = 4) -> list[str]:
     """Hydra overrides that take the reward from the sandbox instead of the in-process arithmetic scorer."""
     out = [
         "reward.reward_manager.name=xrpo",
-        "reward.custom_reward_function.path=null",  # launch.cpu_overrides sets the arithmetic scorer
         f"+reward.reward_kwargs.max_concurrency={max_concurrency}",
         f"+reward.reward_kwargs.code.backend={backend}",
     ]
@@ -82,10 +85,6 @@ def cpu_run(out_dir: str | Path, setting: CodeSetting = CodeSetting(), save_freq
     if data is not None:
         train, heldout = data
     return launch.CpuRun.from_setting(setting, model_dir, train, heldout, out_dir, save_freq)
-
-
-def overrides(setting: CodeSetting) -> list[str]:
-    return reward_overrides(setting.backend, setting.url, setting.max_concurrency)
 
 
 def sampled_pass_rates(

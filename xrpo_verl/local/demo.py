@@ -219,7 +219,7 @@ def main_code(args) -> int:
     )
     run = code_rl.cpu_run(out, setting, save_freq=setting.steps)
     progress = Progress(setting.steps, setting.n)
-    extra = [f"data.seed={args.seed}", "algorithm.xrpo.icl.max_example_tokens=48", *code_rl.overrides(setting)]
+    extra = [f"data.seed={args.seed}", "algorithm.xrpo.icl.max_example_tokens=48"]
     result = launch.launch(run, recipe, extra, timeout_s=3600, on_line=progress)
     if result.returncode != 0:
         print(f"\ntraining failed (exit {result.returncode}); last lines of {out / 'trainer.log'}:", file=sys.stderr)

@@ -1,14 +1,13 @@
 """Launch verl's real trainer (`python -m verl.trainer.main_ppo`) on CPU with the `hf` rollout.
 
 `cpu_env()` turns the CPU switch on for the launched process and every Ray worker it starts;
-`cpu_overrides()` holds the Hydra overrides a CPU run needs (each with the reason); the recipe
-files in `xrpo_verl/local/recipes/<name>.yaml` add the algorithm. Used by the tests, the demo and
-`recipes/cpu/run.sh`:
-
-    python -m xrpo_verl.local.launch --recipe grpo --steps 2 --out outputs/cpu_grpo   # the learning setting
+`cpu_overrides()` holds the Hydra overrides a CPU run needs (each with the reason); the task's
+reward comes with the run (`CpuRun.reward`), and the recipe files in
+`xrpo_verl/local/recipes/<name>.yaml` add the algorithm. `launch_vllm` runs the same with verl's
+vLLM rollout on vLLM's CPU build (`.venv-vllm`). Used by the tests, the demo, the benchmarks and
+`recipes/cpu/run.sh` (through `python -m xrpo_verl.local.learning`).
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,12 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xrpo_verl.local.register import CPU_SWITCH
+from xrpo_verl import recipe_files
+from xrpo_verl.local import vllm_cpu
+from xrpo_verl.local.switches import CPU_SWITCH, VLLM_SWITCH
 
 # Package data, so an installed wheel runs the CPU recipes and the demo from any directory.
 RECIPE_DIR = Path(__file__).resolve().parent / "recipes"
 RAY_START_TIMEOUT = "The current node timed out during startup"
 RAY_START_ATTEMPTS = 3
+# The arith and addition tasks' reward: the in-process arithmetic scorer as verl's custom reward.
+ARITH_REWARD = (
+    "reward.custom_reward_function.path=pkg://xrpo_verl.local.arith",
+    "reward.custom_reward_function.name=compute_score",
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class CpuRun:
     """actor learning rate (the learning setting's; 1e-4 made the arith model forget and did not teach addition)"""
     save_freq: int = -1
     """trainer.save_freq (-1: never)"""
+    reward: tuple[str, ...] = ARITH_REWARD
+    """the task's reward, as Hydra overrides (default: the arithmetic scorer of the arith and addition tasks)"""
 
     def __post_init__(self):
         if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
@@ -63,7 +71,7 @@ class CpuRun:
     @classmethod
     def from_setting(cls, setting, model_dir, train_file, val_file, out_dir, save_freq: int = -1) -> "CpuRun":
         """The run of a task's setting (`learning.LearningSetting`, `code_rl.CodeSetting`): its
-        steps, prompts_per_step, n, max_response_length and lr, on the given model and data."""
+        steps, prompts_per_step, n, max_response_length, lr and reward, on the given model and data."""
         sizes = ("steps", "prompts_per_step", "n", "max_response_length", "lr")
         return cls(
             str(model_dir),
@@ -71,6 +79,7 @@ class CpuRun:
             str(val_file),
             str(out_dir),
             save_freq=save_freq,
+            reward=tuple(setting.reward_overrides()),
             **{k: getattr(setting, k) for k in sizes},
         )
 
@@ -158,8 +167,7 @@ def cpu_overrides(run: CpuRun) -> list[str]:
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "reward.num_workers=1",
-        "reward.custom_reward_function.path=pkg://xrpo_verl.local.arith",
-        "reward.custom_reward_function.name=compute_score",
+        *run.reward,
         "trainer.device=cpu",
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
@@ -212,29 +220,14 @@ def read_metrics(path: Path) -> dict[int, dict]:
     return out
 
 
-RECIPE_KEYS = ("description", "config_name", "extends", "overrides")
-
-
 def load_recipe(name: str) -> dict:
-    """`RECIPE_DIR/<name>.yaml` merged with the files it `extends` (their overrides first)."""
-    import yaml
-
-    path = RECIPE_DIR / f"{name}.yaml"
+    """`RECIPE_DIR/<name>.yaml` with the files it extends: {"config_name", "overrides"} (recipe_files.py)."""
+    path = recipe_files.recipe_path(RECIPE_DIR, name)
     if not path.exists():
         known = sorted(p.stem for p in RECIPE_DIR.glob("[!_]*.yaml"))
         raise ValueError(f"unknown CPU recipe {name!r}; available in {RECIPE_DIR}: {known}")
-    recipe = yaml.safe_load(path.read_text()) or {}
-    unknown = set(recipe) - set(RECIPE_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; allowed: {list(RECIPE_KEYS)}")
-    merged = {"config_name": None, "overrides": []}
-    for parent in recipe.get("extends", []):
-        base = load_recipe(parent)
-        merged["config_name"] = base["config_name"] or merged["config_name"]
-        merged["overrides"] += base["overrides"]
-    merged["config_name"] = recipe.get("config_name") or merged["config_name"]
-    merged["overrides"] += list(recipe.get("overrides", []))
-    return merged
+    stack = recipe_files.layers([path], RECIPE_DIR)
+    return {"config_name": recipe_files.config_name(stack), "overrides": recipe_files.overrides(stack)}
 
 
 def xrpo_sizes(run: CpuRun) -> list[str]:
@@ -349,28 +342,49 @@ def launch(
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout="".join(lines))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo on the learning setting.")
-    parser.add_argument("--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", default="outputs/cpu_run")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="default: the learning setting's")
-    parser.add_argument("--n", type=int, default=None, help="default: the learning setting's")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, applied last")
-    args = parser.parse_args(argv)
-    from dataclasses import replace
-
-    from xrpo_verl.local import learning
-
-    setting = replace(learning.LearningSetting(), steps=args.steps)
-    if args.prompts_per_step:
-        setting = replace(setting, prompts_per_step=args.prompts_per_step)
-    if args.n:
-        setting = replace(setting, n=args.n)
-    result = launch(learning.cpu_run(args.out, setting), args.recipe, args.overrides, echo=True)
-    print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
-    return result.returncode
+def vllm_env(base: dict | None = None) -> dict:
+    """Environment for a vLLM-on-CPU trainer run: the CPU switch, the vLLM switch and vLLM's CPU knobs."""
+    env = cpu_env(base)
+    env[VLLM_SWITCH] = "1"
+    for key, value in vllm_cpu.VLLM_CPU_ENV.items():
+        env.setdefault(key, value)
+    # vLLM's engine and the FSDP rank share 2 cores; one OpenMP thread each would leave vLLM's
+    # batched decode idle half the time.
+    env["OMP_NUM_THREADS"] = env.get("XRPO_VLLM_OMP_THREADS", "2")
+    return env
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def vllm_overrides(max_model_len: int, max_num_seqs: int = 64) -> list[str]:
+    """Hydra overrides turning a CPU run (`launch.cpu_overrides`) into a vLLM one; applied after it."""
+    return [
+        "actor_rollout_ref.rollout.name=vllm",
+        # fp32 on both sides: the rollout's log-probs can then be compared with the actor's.
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.enforce_eager=True",  # no CUDA graphs on CPU
+        "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # vLLM's CPU worker refuses sleep mode
+        # ...so verl must not call the engine's sleep/wake_up between rollout and training (the
+        # hybrid replica does when free_cache_engine is on); there is no device memory to free anyway.
+        "actor_rollout_ref.rollout.free_cache_engine=False",
+        f"actor_rollout_ref.rollout.max_model_len={max_model_len}",
+        f"actor_rollout_ref.rollout.max_num_seqs={max_num_seqs}",
+        # The default `dummy` load format is kept, as on GPU: the served weights are random until
+        # verl's first push, so a working rollout proves that push.
+        "actor_rollout_ref.rollout.load_format=dummy",
+    ]
+
+
+def launch_vllm(
+    run: CpuRun, recipe_name: str, extra: list[str] = (), timeout_s: float = 1800, env_updates: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`launch` with verl's vLLM rollout: the same CPU run, the vLLM switch and overrides added last.
+
+    Checks this environment first, so a wrong one fails here with one line instead of inside a Ray worker.
+    """
+    problem = vllm_cpu.environment_problem(True, True, vllm_cpu.installed_vllm(), vllm_cpu.cpu_flags())
+    if problem:
+        raise vllm_cpu.WrongEnvironment(problem)
+    max_positions = json.loads((Path(run.model_path) / "config.json").read_text())["max_position_embeddings"]
+    knobs = {VLLM_SWITCH, "OMP_NUM_THREADS", *vllm_cpu.VLLM_CPU_ENV}
+    env = {k: v for k, v in vllm_env().items() if k in knobs}
+    env.update(env_updates or {})
+    return launch(run, recipe_name, [*vllm_overrides(max_positions), *extra], timeout_s=timeout_s, env_updates=env)

@@ -48,6 +48,10 @@ class LearningSetting:
     model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
     """the warmed-up model"""
 
+    def reward_overrides(self) -> tuple[str, ...]:
+        """The reward of this task: the in-process arithmetic scorer."""
+        return launch.ARITH_REWARD
+
 
 def prepare(out_dir: str | Path, setting: LearningSetting = LearningSetting()) -> tuple[Path, Path, Path]:
     """Build (or reuse) the model and write the data; returns (model_dir, train.parquet, heldout.parquet)."""
@@ -198,3 +202,31 @@ def heldout_accuracy(
             passed += scores
         out[name] = accuracy(passed)
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m xrpo_verl.local.learning --recipe grpo --steps 2`: a CPU recipe on this setting."""
+    import argparse
+    import sys
+    from dataclasses import replace
+
+    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo on the learning setting.")
+    parser.add_argument("--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--out", default="outputs/cpu_run")
+    parser.add_argument("--prompts-per-step", type=int, default=None, help="default: the learning setting's")
+    parser.add_argument("--n", type=int, default=None, help="default: the learning setting's")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, applied last")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    setting = replace(LearningSetting(), steps=args.steps)
+    if args.prompts_per_step:
+        setting = replace(setting, prompts_per_step=args.prompts_per_step)
+    if args.n:
+        setting = replace(setting, n=args.n)
+    result = launch.launch(cpu_run(args.out, setting), args.recipe, args.overrides, echo=True)
+    print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
+    return result.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

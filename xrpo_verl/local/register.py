@@ -1,22 +1,16 @@
-"""CPU switch, imported by our `verl.plugins` entry point in every process that imports verl.
+"""The CPU paths' `verl.plugins` entry point, loaded by `import verl` in every process.
 
-Inert unless `XRPO_VERL_CPU=1`: then it installs the CPU shims (`shims.py`) and registers the
-`hf` rollout backend (`actor_rollout_ref.rollout.name=hf`); `XRPO_VERL_VLLM_CPU=1` adds verl's
-vLLM rollout on vLLM's CPU build (`vllm_cpu.py`, `.venv-vllm` only). Set the switch before `ray.init`
-(i.e. in the launching shell) so every Ray worker inherits it. Importing this module with the
-switch off costs one environment lookup.
+Inert unless a switch of `switches.py` is on: then it installs the CPU shims (`shims.py`) and
+registers the `hf` rollout backend (`actor_rollout_ref.rollout.name=hf`); with the vLLM switch it
+adds the shims verl's vLLM rollout needs on vLLM's CPU build (`vllm_cpu.py`, `.venv-vllm` only).
+With both switches off, importing it costs two environment lookups. The launchers also name it in
+`VERL_USE_EXTERNAL_MODULES`, which verl imports before any entry point, so the CPU platform is
+registered even if another plugin fails to import (verl logs plugin errors at DEBUG only).
 """
 
 import os
 
-CPU_SWITCH = "XRPO_VERL_CPU"
-
-
-def cpu_enabled() -> bool:
-    value = os.environ.get(CPU_SWITCH, "0").strip()
-    if value not in ("0", "1", ""):
-        raise ValueError(f"{CPU_SWITCH}={value!r}: expected '1' (CPU mode on) or '0'/unset (off)")
-    return value == "1"
+from xrpo_verl.local.switches import CPU_SWITCH, cpu_enabled, vllm_cpu_enabled
 
 
 def enable() -> None:
@@ -32,7 +26,7 @@ def enable() -> None:
         raise SystemExit(f"xrpo_verl: {wrong}") from None
     shims.apply()
     register_hf_rollout()
-    if vllm_cpu.vllm_cpu_enabled():
+    if vllm_cpu_enabled():
         vllm_cpu.apply()
 
 
@@ -44,12 +38,13 @@ def _load_hf_replica():
 
 def register_hf_rollout() -> None:
     """`rollout.name=hf` in both registries verl consults; hf_rollout.py loads only when used."""
-    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    RolloutReplicaRegistry.register("hf", _load_hf_replica)  # workers/rollout/replica.py:388
-    _ROLLOUT_REGISTRY[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"  # base.py:89
+    from xrpo_verl.verl_adapters.verl_internals import rollout_registry
+
+    RolloutReplicaRegistry.register("hf", _load_hf_replica)
+    rollout_registry()[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"
 
 
-if cpu_enabled() or os.environ.get("XRPO_VERL_VLLM_CPU", "0").strip() == "1":
+if cpu_enabled() or vllm_cpu_enabled():
     enable()

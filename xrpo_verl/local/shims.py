@@ -2,8 +2,10 @@
 
 `apply()` runs only when the CPU switch is on (`register.py`); nothing here changes verl on a
 GPU machine. Each shim names the verl code it works around (paths relative to the installed
-`verl/` package, line numbers of the 0.9.1 wheel). `test_shim_targets_exist_in_installed_verl` in
-`tests/local/test_shims.py` fails loudly when one of those internals moves.
+`verl/` package, line numbers of the 0.9.1 wheel). The private names among them are listed in
+`xrpo_verl/verl_adapters/verl_internals.py` with every other one we use; `apply()` checks only the
+version (the full check imports verl's trainer, which must not load before the CPU platform does),
+and `test_shim_targets_exist_in_installed_verl` fails loudly when one of the internals moves.
 """
 
 import contextlib
@@ -11,7 +13,8 @@ import os
 
 import torch
 
-SUPPORTED_VERL = "0.9.1"
+from xrpo_verl.verl_adapters.verl_internals import PINNED_VERL as SUPPORTED_VERL
+
 # The V1 ReplayBuffer polls TransferQueue every 2 s (trainer/ppo/v1/replay_buffer.py:144,409),
 # which would dominate a ~1 s CPU step. 0.05 s keeps the poll cheap and the step short.
 CPU_POLL_INTERVAL_S = 0.05

@@ -338,6 +338,36 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
         )
 
 
+
+def untied_copy(model_dir, out_dir=None):
+    """The model with its output layer untied from the input embedding (a copy, cached beside it).
+
+    With tied embeddings a weight push that dropped `lm_head.weight` would go unnoticed (vLLM reuses
+    the embedding); untied, the served output layer only follows the actor if it is pushed too.
+    """
+    from safetensors.torch import load_file, save_file
+
+    src = Path(model_dir)
+    out = Path(out_dir) if out_dir else src.with_name(src.name + "-untied")
+    if (out / "config.json").exists():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.safetensors", "config.json"))
+    weights = load_file(str(src / "model.safetensors"))
+    if "lm_head.weight" not in weights:
+        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
+    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((src / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of corpus, init and warm-up")

