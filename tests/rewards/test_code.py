@@ -103,6 +103,7 @@ def test_accepted_wrong_and_fraction_rewards():
     fraction = CodeRewardConfig(backend="bwrap", reward_mode="fraction")
     part = compute_score("code/x", HALF, json.dumps(ADD), None, fraction)
     assert part["verdict"] == "WA" and part["passed"] == 2 and part["score"] == pytest.approx(2 / 3)
+    assert part["acc"] == 0.0  # partial credit scores, but is not a verified success
 
 
 @needs_bwrap

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from xrpo_verl.rewards.math import MathRewardConfig, compute_score
+from xrpo_verl.rewards.result import ScoreResult
 
 FAST = MathRewardConfig(timeout_s=20.0, num_workers=2)
 
@@ -35,7 +36,7 @@ def score(response, gold, config=FAST):
 )
 def test_equivalent_answers_score_one(pred, gold):
     result = score(rf"Reasoning... \boxed{{{pred}}}", gold)
-    assert result == {"score": 1.0, "acc": 1.0, "pred": pred, "verdict": "correct", "reason": ""}
+    assert result == ScoreResult(score=1.0, acc=1.0, pred=pred, verdict="correct").to_dict()
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xrpo_verl.rewards.extract import last_code_block
+from xrpo_verl.rewards.result import ScoreResult
 
 SUPPORTED_LANGUAGES = ("python", "cpp")
 REWARD_MODES = ("pass_fail", "fraction")
@@ -118,8 +119,6 @@ def resolve_problem(ground_truth: object, extra_info: dict | None) -> dict:
 
 # Verdicts a code row can get (SE never reaches a score: it is retried, then raised).
 VERDICTS = ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE", "SE", "no_code", "bad_language")
-# Zeros for a row that did not run in the sandbox (also what math rows carry).
-NO_SANDBOX = {"sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0, "attempts": 0}
 
 
 @dataclass(frozen=True)
@@ -138,26 +137,9 @@ class JudgeOutcome:
     """judge calls made (1 + retries)"""
 
 
-def _result(
-    verdict: str,
-    score: float,
-    reason: str = "",
-    passed: int = 0,
-    total: int = 0,
-    language: str = "",
-    timing: dict = NO_SANDBOX,
-) -> dict:
-    return {
-        "score": score,
-        "acc": float(verdict == "AC"),
-        "pred": "",
-        "verdict": verdict,
-        "reason": reason,
-        "passed": passed,
-        "total": total,
-        "language": language,
-        **timing,
-    }
+def _result(verdict: str, score: float, reason: str = "", **details) -> dict:
+    """The row's result; acc is 1.0 only for AC (every test passed), whatever a partial score says."""
+    return ScoreResult(score=score, acc=float(verdict == "AC"), verdict=verdict, reason=reason, **details).to_dict()
 
 
 def judge_with_retries(
@@ -205,8 +187,8 @@ def compute_score(
     """verl custom reward for code.
 
     Returns:
-        {"score", "acc" (1.0 iff AC), "pred" (''), "verdict", "reason", "passed", "total", "language",
-         "sandbox_s", "sandbox_start", "sandbox_end", "attempts"}
+        `ScoreResult.to_dict()`: acc is 1.0 iff AC; with reward_mode=fraction the score is the share of
+        tests passed, so a partial pass scores > 0 with acc 0.
     """
     problem = resolve_problem(ground_truth, extra_info)
     total = len(problem["tests"])
@@ -229,13 +211,17 @@ def compute_score(
         score = result.passed / total
     else:
         score = float(verdict == "AC")
-    timing = {
-        "sandbox_s": outcome.seconds,
-        "sandbox_start": outcome.start,
-        "sandbox_end": outcome.end,
-        "attempts": outcome.attempts,
-    }
-    return _result(verdict, score, passed=result.passed, total=total, language=language, timing=timing)
+    return _result(
+        verdict,
+        score,
+        passed=result.passed,
+        total=total,
+        language=language,
+        sandbox_s=outcome.seconds,
+        sandbox_start=outcome.start,
+        sandbox_end=outcome.end,
+        attempts=outcome.attempts,
+    )
 
 
 def busy_seconds(intervals: list[tuple[float, float]]) -> float:

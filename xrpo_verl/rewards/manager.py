@@ -32,9 +32,10 @@ from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl.utils.reward_score import default_compute_score
 
-from xrpo_verl.rewards.code import NO_SANDBOX, CodeRewardConfig
+from xrpo_verl.rewards.code import CodeRewardConfig
 from xrpo_verl.rewards.math import MathRewardConfig
-from xrpo_verl.rewards.routing import RESULT_KEYS, RoutingConfig
+from xrpo_verl.rewards.result import RESULT_KEYS, ScoreResult
+from xrpo_verl.rewards.routing import RoutingConfig
 from xrpo_verl.rewards.routing import compute_score as routed_compute_score
 
 
@@ -114,24 +115,8 @@ def _is_verl_default(fn) -> bool:
 
 
 def normalise_result(result) -> dict:
-    """A scorer result (float or dict) reduced to RESULT_KEYS with fixed types."""
-    if not isinstance(result, dict):
-        score = float(result)
-        return {"score": score, "acc": score, "pred": "", "verdict": "", "reason": "", **NO_SANDBOX}
-    if "score" not in result:
-        raise ValueError(f"scorer returned a dict without 'score': keys {sorted(result)}")
-    score = float(result["score"])
-    return {
-        "score": score,
-        "acc": float(result.get("acc", score)),
-        "pred": str(result.get("pred", "")),
-        "verdict": str(result.get("verdict", "")),
-        "reason": str(result.get("reason", "")),
-        "sandbox_s": float(result.get("sandbox_s", 0.0)),
-        "sandbox_start": float(result.get("sandbox_start", 0.0)),
-        "sandbox_end": float(result.get("sandbox_end", 0.0)),
-        "attempts": int(result.get("attempts", 0)),
-    }
+    """A scorer result (float or dict) reduced to the one schema, `ScoreResult` (result.py)."""
+    return ScoreResult.of(result).to_dict()
 
 
 @register("xrpo")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from xrpo_verl.rewards._verify_pool import WorkerDied, WorkerTimeout, get_pool
 from xrpo_verl.rewards.extract import ANSWER_FORMATS, extract_answer
+from xrpo_verl.rewards.result import ScoreResult
 
 VERDICTS = ("correct", "wrong", "no_answer", "unparsable", "timeout", "verify_error")
 
@@ -62,8 +63,8 @@ def ground_truth_text(ground_truth: object) -> str:
 
 
 def _result(verdict: str, pred: str = "", reason: str = "") -> dict:
-    correct = verdict == "correct"
-    return {"score": float(correct), "acc": float(correct), "pred": pred, "verdict": verdict, "reason": reason}
+    correct = float(verdict == "correct")
+    return ScoreResult(score=correct, acc=correct, pred=pred, verdict=verdict, reason=reason).to_dict()
 
 
 def verify_answer(pred: str, ground_truth: object, config: MathRewardConfig = DEFAULT_CONFIG) -> dict:
@@ -95,7 +96,7 @@ def compute_score(
     """verl custom reward: 1.0 if the response's final answer equals `ground_truth`, else 0.0.
 
     Returns:
-        {"score", "acc", "pred" (extracted answer or ''), "verdict" (one of VERDICTS), "reason"}
+        `ScoreResult.to_dict()`: pred is the extracted answer or '', verdict one of VERDICTS.
     """
     if not isinstance(solution_str, str):
         raise ValueError(f"solution_str must be str, got {type(solution_str).__name__}")

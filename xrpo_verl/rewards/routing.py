@@ -16,11 +16,6 @@ from xrpo_verl.rewards import math as math_reward
 DEFAULT_MATH_SOURCES = ("math", "openai/gsm8k", "gsm8k", "lighteval/math", "huggingfaceh4/math", "aime", "amc")
 DEFAULT_CODE_SOURCES = ("code", "livecodebench", "codeforces", "open-r1/codeforces", "humaneval")
 
-# Every scorer result is reduced to these keys, so all rows of a batch carry the same
-# reward_extra_info keys (verl builds its columns from the first row's keys).
-# The sandbox timing keys are 0 on rows that did not run in the sandbox (math rows included).
-RESULT_KEYS = ("score", "acc", "pred", "verdict", "reason", *code_reward.NO_SANDBOX)
-
 
 @dataclass(frozen=True)
 class RoutingConfig:
