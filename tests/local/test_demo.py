@@ -64,6 +64,9 @@ def test_code_table_shows_verdicts_and_sandbox_time_per_step():
 
 def test_code_task_flag_is_parsed(monkeypatch):
     seen = {}
-    monkeypatch.setattr(demo, "main_code", lambda args: seen.update(vars(args)) or 0)
+    monkeypatch.setattr(demo, "run", lambda task, recipe, seed, out: seen.update(task=task, recipe=recipe) or 0)
     assert demo.main(["--task", "code", "--sandbox", "docker", "--steps", "3"]) == 0
-    assert (seen["task"], seen["sandbox"], seen["steps"], seen["recipe"]) == ("code", "docker", 3, None)
+    task = seen["task"]
+    assert (task.name, task.setting.backend, task.setting.steps, seen["recipe"]) == ("code", "docker", 3, "xrpo")
+    assert demo.main(["--steps", "4"]) == 0
+    assert (seen["task"].name, seen["task"].setting.steps, seen["recipe"]) == ("addition", 4, "grpo")

@@ -10,21 +10,25 @@
 4. measures the trained model the same way and prints before/after with standard errors, and
    writes a PNG of training reward against step.
 
-`--task code` (`make demo TASK=code`): the same stages on the tiny code task
+`--task code` (`make demo TASK=code`): the same stages (`run`) on the tiny code task
 (`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
 (bubblewrap, or Docker with `--sandbox docker`), XRPO on by default; the pass rate is k programs
-sampled at T=1 per held-out problem, judged in the sandbox; the table adds the verdict counts and
-the sandbox time of each step.
+sampled at T=1 per held-out problem, judged in the sandbox; a table adds the verdict counts and
+the sandbox time of each step. A task is a `Task`: its setting, data, measurement and table.
 """
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from xrpo_verl.local import code_rl, launch, learning
 from xrpo_verl.local.launch import read_metrics
@@ -149,6 +153,7 @@ def plot(metrics: dict[int, dict], before: dict, after: dict, path: Path, title:
 
 
 def measure(model_dir: Path, checkpoint: Path | None, setting: learning.LearningSetting) -> dict:
+    """Held-out accuracy of the addition task: greedy, and the mean of k samples at T=1."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -178,6 +183,7 @@ def verdict_table(metrics: dict[int, dict]) -> str:
 
 
 def measure_code(model_dir: Path, checkpoint: Path | None, setting: code_rl.CodeSetting) -> tuple[dict, dict]:
+    """Held-out pass rate of the code task (k programs at T=1, judged in the sandbox) and its verdicts."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -193,116 +199,75 @@ def measure_code(model_dir: Path, checkpoint: Path | None, setting: code_rl.Code
     return {f"pass@1 (mean of {setting.val_samples} at T=1)": learning.accuracy(rates)}, verdicts
 
 
-def main_code(args) -> int:
-    """`--task code`: code RL with sandbox-judged rewards (see the module docstring)."""
-    from dataclasses import replace
+@dataclass(frozen=True)
+class Task:
+    """What the five stages need of a task; `TASKS` holds the two."""
 
-    setting = code_rl.CodeSetting(backend=args.sandbox)
-    setting = replace(setting, steps=args.steps or setting.steps, lr=args.lr or setting.lr)
-    recipe = args.recipe or "xrpo"
-    start = time.time()
-    print("[1/5] tiny model, warmed up on short stdin Python programs (built once, then cached)", flush=True)
-    out = args.out / f"code_{recipe}"
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)
-    model_dir, _, _ = code_rl.prepare(out, setting)
-    print(f"      {model_dir}\n[2/5] held-out pass rate before training (judged in {setting.backend})", flush=True)
-    before, verdicts_before = measure_code(model_dir, None, setting)
-    print("      " + "   ".join(f"{k} {v}" for k, v in before.items()) + f"   verdicts {verdicts_before}", flush=True)
-    print(
-        f"[3/5] {recipe} through verl's main_ppo on CPU, rewards from the {setting.backend} sandbox: "
-        f"{setting.steps} steps x {setting.prompts_per_step} prompts x {setting.n} rollouts "
-        f"(trainer log: {out / 'trainer.log'})",
-        flush=True,
-    )
-    run = code_rl.cpu_run(out, setting, save_freq=setting.steps)
-    progress = Progress(setting.steps, setting.n)
-    extra = [f"data.seed={args.seed}", "algorithm.xrpo.icl.max_example_tokens=48"]
-    result = launch.launch(run, recipe, extra, timeout_s=3600, on_line=progress)
-    if result.returncode != 0:
-        print(f"\ntraining failed (exit {result.returncode}); last lines of {out / 'trainer.log'}:", file=sys.stderr)
-        print("\n".join(result.stdout.splitlines()[-40:]), file=sys.stderr)
-        return result.returncode
-    print("[4/5] held-out pass rate after training", flush=True)
-    after, verdicts_after = measure_code(model_dir, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
-    print("[5/5] summary", flush=True)
-    metrics = read_metrics(run.metrics_path)
-    print(verdict_table(metrics))
-    print(report(before, after, recipe, setting.steps))
-    print(f"held-out verdicts before {verdicts_before}\n                 after  {verdicts_after}")
-    png = plot(metrics, before, after, out / "learning.png", f"{recipe} on the tiny code task (CPU, verl, sandbox)")
-    busy = sum(m.get("reward/sandbox/busy_s", 0) for m in metrics.values())
-    step_s = sum(m.get("timing_s/step", 0) for m in metrics.values())
-    summary = {
-        "task": "code",
-        "recipe": recipe,
-        "sandbox": setting.backend,
-        "seed": args.seed,
-        "setting": {k: v for k, v in setting.__dict__.items() if k != "model"},
-        "before": {k: [v.mean, v.se] for k, v in before.items()},
-        "after": {k: [v.mean, v.se] for k, v in after.items()},
-        "verdicts_before": verdicts_before,
-        "verdicts_after": verdicts_after,
-        "train_verdicts": {v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS},
-        "sandbox_share_of_step": busy / step_s if step_s else 0.0,
-        "step_seconds": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    print(f"sandbox share of the step time: {summary['sandbox_share_of_step']:.1%}")
-    print(f"plot: {png}\ntotal time: {time.time() - start:.0f}s")
-    return 0
+    name: str
+    default_recipe: str
+    model_text: str  # what the tiny model was warmed up on, for stage 1
+    setting: Any  # learning.LearningSetting or code_rl.CodeSetting
+    prepare: Callable  # (out_dir, setting) -> (model_dir, train, heldout)
+    cpu_run: Callable  # (out_dir, setting, save_freq) -> launch.CpuRun
+    measure: Callable  # (model_dir, checkpoint, setting) -> ({name: Accuracy}, {extra summary fields})
+    extra: tuple[str, ...] = ()  # Hydra overrides of the task's runs
+    table: Callable | None = None  # per-step table of the trainer's metrics, printed in stage 5
 
 
-def main(argv: list[str] | None = None) -> int:
+def _addition(args) -> Task:
     defaults = learning.LearningSetting()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--task", default="addition", choices=("addition", "code"), help="addition (math) or code (sandbox rewards)"
-    )
-    parser.add_argument(
-        "--recipe",
-        default=None,
-        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, xrpo, extra, xrpo_extra); default grpo, xrpo for code",
-    )
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the task's setting)")
-    parser.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the task's setting)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the training data order (data.seed)")
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="output directory")
-    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "docker"), help="--task code: sandbox backend")
-    args = parser.parse_args(argv)
-    if args.task == "code":
-        import torch
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        transformers.logging.disable_progress_bar()
-        torch.set_num_threads(1)
-        return main_code(args)
-    args.recipe = args.recipe or "grpo"
     setting = learning.LearningSetting(steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
-    start = time.time()
+    return Task(
+        "addition",
+        "grpo",
+        "column addition",
+        setting,
+        learning.prepare,
+        learning.cpu_run,
+        lambda model_dir, ckpt, st: (measure(model_dir, ckpt, st), {}),
+    )
+
+
+def _code(args) -> Task:
+    defaults = code_rl.CodeSetting(backend=args.sandbox)
+    setting = replace(defaults, steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
+
+    def measured(model_dir, ckpt, st):
+        accuracy, verdicts = measure_code(model_dir, ckpt, st)
+        return accuracy, {"verdicts": verdicts}
+
+    return Task(
+        "code",
+        "xrpo",
+        "short stdin Python programs",
+        setting,
+        code_rl.prepare,
+        code_rl.cpu_run,
+        measured,
+        extra=("algorithm.xrpo.icl.max_example_tokens=48",),  # a reference program is ~26 tokens
+        table=verdict_table,
+    )
+
+
+TASKS = {"addition": _addition, "code": _code}
+
+
+def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
+    """The five stages: model, training with the base model measured meanwhile, measurement, summary."""
     import torch
-    import transformers
 
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    torch.set_num_threads(1)
-
-    print("[1/5] tiny model, warmed up on column addition (built once, then cached)", flush=True)
-    out = args.out / args.recipe
+    start, setting = time.time(), task.setting
+    print(f"[1/5] tiny model, warmed up on {task.model_text} (built once, then cached)", flush=True)
+    out = out_root / (recipe if task.name == "addition" else f"code_{recipe}")
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)  # a fresh run: the file logger appends and checkpoints would resume
-    model_dir, _, _ = learning.prepare(out, setting)
+    model_dir, _, _ = task.prepare(out, setting)
     print(
-        f"      {model_dir}\n[2/5] {args.recipe} through verl's main_ppo on CPU: {setting.steps} steps x "
+        f"      {model_dir}\n[2/5] {recipe} through verl's main_ppo on CPU: {setting.steps} steps x "
         f"{setting.prompts_per_step} prompts x {setting.n} rollouts (trainer log: {out / 'trainer.log'})",
         flush=True,
     )
-    run = learning.cpu_run(out, setting, save_freq=setting.steps)  # keep the final weights to measure
+    run = task.cpu_run(out, setting, save_freq=setting.steps)  # keep the final weights to measure
     progress = Progress(setting.steps, setting.n)
     progress.hold()  # until the accuracy before training is printed
     # verl's start-up (Ray, workers, engine) leaves a core idle for a minute or more: the base
@@ -315,16 +280,15 @@ def main(argv: list[str] | None = None) -> int:
         progress(line)
 
     with ThreadPoolExecutor(1) as pool:
-        training = pool.submit(
-            launch.launch, run, args.recipe, [f"data.seed={args.seed}"], timeout_s=3600, on_line=follow
-        )
+        extra = [f"data.seed={seed}", *task.extra]
+        training = pool.submit(launch.launch, run, recipe, extra, timeout_s=3600, on_line=follow)
         try:
-            before = measure(model_dir, None, setting)
+            before, before_extra = task.measure(model_dir, None, setting)
         except BaseException:
             stop.set()
             raise
         print("[3/5] held-out accuracy before training (measured while verl starts)", flush=True)
-        print("      " + "   ".join(f"{k} {v}" for k, v in before.items()), flush=True)
+        print("      " + "   ".join(f"{k} {v}" for k, v in before.items()), *before_extra.values(), flush=True)
         progress.release()
         result = training.result()
     if result.returncode != 0:
@@ -334,22 +298,63 @@ def main(argv: list[str] | None = None) -> int:
 
     print("[4/5] held-out accuracy after training", flush=True)
     torch.set_num_threads(min(4, len(os.sched_getaffinity(0))))  # the trainer has exited: the cores are free
-    after = measure(model_dir, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
+    after, after_extra = task.measure(model_dir, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
     print("[5/5] summary", flush=True)
-    print(report(before, after, args.recipe, setting.steps))
     metrics = read_metrics(run.metrics_path)
-    png = plot(metrics, before, after, out / "learning.png", f"{args.recipe} on column addition (CPU, verl)")
+    if task.table is not None:
+        print(task.table(metrics))
+    print(report(before, after, recipe, setting.steps))
+    for key in before_extra:
+        print(f"held-out {key} before {before_extra[key]}\n{' ' * (len(key) + 10)}after  {after_extra[key]}")
+    png = plot(metrics, before, after, out / "learning.png", f"{recipe} on the tiny {task.name} task (CPU, verl)")
     summary = {
-        "recipe": args.recipe,
-        "seed": args.seed,
-        "setting": {k: v for k, v in setting.__dict__.items() if k != "model"},
+        "task": task.name,
+        "recipe": recipe,
+        "seed": seed,
+        "setting": {k: v for k, v in asdict(setting).items() if k != "model"},
         "before": {k: [v.mean, v.se] for k, v in before.items()},
         "after": {k: [v.mean, v.se] for k, v in after.items()},
+        **{f"{k}_before": v for k, v in before_extra.items()},
+        **{f"{k}_after": v for k, v in after_extra.items()},
         "step_seconds": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    if task.name == "code":
+        busy = sum(m.get("reward/sandbox/busy_s", 0) for m in metrics.values())
+        step_s = sum(m.get("timing_s/step", 0) for m in metrics.values())
+        summary["train_verdicts"] = {
+            v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS
+        }
+        summary["sandbox_share_of_step"] = busy / step_s if step_s else 0.0
+        print(f"sandbox share of the step time: {summary['sandbox_share_of_step']:.1%}")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(f"plot: {png}\ntotal time: {time.time() - start:.0f}s")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--task", default="addition", choices=sorted(TASKS), help="addition (math) or code (sandbox rewards)"
+    )
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, xrpo, extra, xrpo_extra); default grpo, xrpo for code",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the task's setting)")
+    parser.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the task's setting)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the training data order (data.seed)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="output directory")
+    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "docker"), help="--task code: sandbox backend")
+    args = parser.parse_args(argv)
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    task = TASKS[args.task](args)
+    return run(task, args.recipe or task.default_recipe, args.seed, args.out)
 
 
 if __name__ == "__main__":
