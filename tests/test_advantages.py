@@ -150,6 +150,24 @@ def test_novelty_bonus_after_norm_and_before_norm_by_hand():
     assert torch.allclose(sc, torch.tensor([1 + 0.1 * 0.5 * 0.4 / 0.9, 1 + 0.1 * 0.5 * 0.2 / 0.9, 0.0]))
 
 
+def test_before_norm_divides_by_the_group_max_over_all_rows_then_gates():
+    """Released code: novelty is normalised by its group max over every row, correct or not, then
+    gated by 1[R > 0]. Here a wrong row (0.8) holds the max, so the correct rows get 0.2/0.8 and
+    0.4/0.8 (a max over correct rows only would give 0.5 and 1); group h has max 0.5."""
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    correct = r > 0
+    nov = torch.tensor([0.2, 0.4, 0.8, 0.0, 0.5, 0.0])  # ungated r_int
+    index = ["g", "g", "g", "g", "h", "h"]
+    sc = A.novelty_shaped_scores(r, correct, nov, index, scale=0.1)
+    assert torch.allclose(sc, torch.tensor([1.025, 1.05, 0.0, 0.0, 1.1, 0.0]))
+    adv = A.grpo_advantages(sc, index)
+    g = torch.tensor([1.025, 1.05, 0.0, 0.0], dtype=torch.float64)
+    assert torch.allclose(adv[:4].double(), (g - g.mean()) / (g.std() + 1e-6), atol=1e-6)
+    # after-norm gates the same ungated input: the wrong row's 0.8 is never added
+    out = A.add_novelty_bonus(adv, correct, nov, scale=0.1)
+    assert torch.allclose(out - adv, torch.tensor([0.02, 0.04, 0.0, 0.0, 0.05, 0.0]))
+
+
 def test_sequence_mean_logprob_and_entropy_use_the_mask():
     lp = torch.tensor([[-1.0, -3.0, -100.0], [-2.0, -2.0, -2.0]])
     mask = torch.tensor([[1, 1, 0], [0, 0, 0]])

@@ -4,8 +4,11 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 
-from xrpo_verl.novelty import NoveltyMemory, RewardVarianceEMA
+from xrpo_verl import novelty
+from xrpo_verl.advantages import grpo_advantages, novelty_shaped_scores
+from xrpo_verl.novelty import NOVELTY_EPS, NoveltyMemory, RewardVarianceEMA
 
 E = np.eye(4, dtype=np.float32)
 
@@ -46,6 +49,40 @@ def test_identical_siblings_are_not_novel_but_self_is_excluded():
     _warm(mem, "p", [E[0]])
     nov = mem.score(["p", "p", "p"], np.stack([E[1], E[1], E[2]]), np.array([True, True, True]))
     assert np.allclose(nov, [0.0, 0.0, 1.0])
+
+
+def test_score_is_ungated_unless_correct_is_given():
+    """The advantage functions gate by correctness themselves: without `correct`, wrong answers keep
+    their r_int (before-norm shaping normalises by the max over the whole group)."""
+    mem = NoveltyMemory(capacity=4, warmup=1)
+    z = np.stack([E[0], E[1], E[2]])
+    assert np.allclose(mem.score(["p"] * 3, z), [1.0, 1.0, 1.0])
+    assert np.allclose(mem.score(["p"] * 3, z, np.array([True, False, True])), [1.0, 0.0, 1.0])
+
+
+def _same_answer_twice_rounded(seed):
+    """8 embeddings of one text from two encoder calls: equal up to float32 rounding."""
+    v = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+    a, b = v / np.linalg.norm(v), (3 * v) / np.linalg.norm(3 * v)
+    return np.stack([a] * 4 + [b] * 4).astype(np.float32)
+
+
+def test_identical_answers_score_exactly_zero(monkeypatch):
+    """1 - cos of equal float32 unit vectors is rounding noise; below NOVELTY_EPS it is 0, so
+    before-norm shaping (which divides by the group max) cannot blow it up to ~1."""
+    assert 1e-7 < NOVELTY_EPS < 1e-4
+    index, ones, ok = ["g"] * 8, torch.ones(8), torch.ones(8, dtype=torch.bool)
+
+    def max_abs_adv(z):
+        nov = torch.as_tensor(NoveltyMemory(capacity=16, warmup=1).score(["p"] * 8, z))
+        return float(grpo_advantages(novelty_shaped_scores(ones, ok, nov, index, scale=0.01), index).abs().max())
+
+    groups = [_same_answer_twice_rounded(seed) for seed in range(50)]
+    for z in groups:
+        assert np.all(NoveltyMemory(capacity=16, warmup=1).score(["p"] * 8, z) == 0)
+        assert max_abs_adv(z) == 0.0  # all-correct group of one answer: |A| = 0
+    monkeypatch.setattr(novelty, "NOVELTY_EPS", 0.0)  # without the floor, the noise orders the group
+    assert max(max_abs_adv(z) for z in groups) > 0.5
 
 
 def test_wrong_answers_get_zero_and_keys_are_separate():

@@ -30,22 +30,60 @@ def test_is_hard_thresholds():
     assert is_hard([0.5, 0.2], "all_fail", success_cutoff=0.9)
 
 
-def test_step_boundaries_merge_never_whole_response_and_cap():
-    ids = [1] * 100
-    for p in (4, 9, 40, 50, 80, 99):
+def _lines(T, newline_at):
+    ids = [1] * T
+    for p in newline_at:
         ids[p] = NL
-    # candidates after the newline: 5, 10, 41, 51, 81, 100; min_gap 32 from 0 -> 41, 81 (51 too close), then
-    # 100 is < 32 after 81 so merged away (and 100 = T would be the whole response)
-    assert step_boundaries(ids, {NL}, min_gap=32) == [41, 81]
-    # every step but the last is a candidate, also when the response does not end with a newline
-    assert step_boundaries([1, NL, 1, NL, 1], {NL}, min_gap=1) == [2, 4]
-    assert step_boundaries([1, NL, 1, NL], {NL}, min_gap=1) == [2]
+    return ids
+
+
+def test_step_boundaries_follow_the_released_rules():
+    """Released _update_prefix_memory: (a) the first newline boundary is always kept, (b) a later one
+    only >= min_gap after the last kept, (c) the last kept one is dropped when more than one was kept."""
+    ids = _lines(100, (4, 9, 40, 50, 80, 99))  # boundaries just after: 5, 10, 41, 51, 81, 100
+    # (a) 5 kept although < 32 from 0; (b) 10, 51, 100 too close; (c) 81, the last kept, dropped
+    assert step_boundaries(ids, {NL}, min_gap=32) == [5, 41]
     assert step_boundaries(ids, {NL}, min_gap=5) == [5, 10, 41, 51, 81]
-    assert step_boundaries(ids, {NL}, min_gap=5, max_len=45) == [5, 10, 41]
-    many = ([1] * 3 + [NL]) * 40  # newline every 4 tokens -> 40 boundaries, 39 after dropping the last
-    got = step_boundaries(many, {NL}, min_gap=4, max_candidates=15)
-    assert len(got) == 15 and got[0] == 4 and got[-1] == 156 and got == sorted(got)
+    # (c) the last kept boundary goes whether or not the response ends on it
+    assert step_boundaries([1, NL, 1, NL, 1], {NL}, min_gap=1) == [2]
+    assert step_boundaries([1, NL, 1, NL], {NL}, min_gap=1) == [2]
+    # a lone boundary is kept when a suffix remains, at any distance from 0
+    assert step_boundaries([1, NL, 1], {NL}, min_gap=32) == [2]
     assert step_boundaries([1, 2, 3], {NL}) == []
+
+
+def test_a_lone_boundary_at_the_end_is_dropped():
+    """Deviation [I]: the released code keeps a lone boundary at T, a 'prefix' that is the whole response."""
+    assert step_boundaries([1, 1, NL], {NL}, min_gap=1) == []
+    assert step_boundaries(_lines(50, (49,)), {NL}) == []
+    assert step_boundaries(_lines(50, (10, 49)), {NL}) == [11]  # more than one: rule (c) drops 50
+
+
+def test_thinning_takes_floor_i_n_over_k():
+    """(d) n > K boundaries: keep b[floor(i n / K)], i < K (the released int(i * n / 15));
+    round(linspace(0, n-1, K)) would end on 156."""
+    many = ([1] * 3 + [NL]) * 40  # boundaries 4, 8, ..., 160; 160 is the last kept: 39 left
+    want = [4 * (i * 39 // 15 + 1) for i in range(15)]
+    assert want == [4, 12, 24, 32, 44, 56, 64, 76, 84, 96, 108, 116, 128, 136, 148]
+    assert step_boundaries(many, {NL}, min_gap=4, max_candidates=15) == want
+
+
+def test_the_length_cap_runs_before_thinning_and_is_off_at_frac_one():
+    """Deviation [I]: boundaries past max_len go before thinning, so the 20 short ones (4..80) are
+    thinned to 15 rather than keeping the 8 of the released 15 that are short. max_len >= T
+    (max_prefix_frac = 1.0) gives the released boundaries."""
+    many = ([1] * 3 + [NL]) * 40
+    assert step_boundaries(many, {NL}, min_gap=4, max_len=80) == [
+        4, 8, 12, 20, 24, 28, 36, 40, 44, 52, 56, 60, 68, 72, 76,
+    ]  # fmt: skip
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        T = int(rng.integers(2, 400))
+        ids = np.where(rng.random(T) < 0.05, NL, 1).tolist()
+        assert step_boundaries(ids, {NL}, min_gap=8, max_len=T) == step_boundaries(ids, {NL}, min_gap=8)
+    ids = _lines(100, (4, 9, 40, 50, 80, 99))
+    assert step_boundaries(ids, {NL}, min_gap=32, max_len=100) == [5, 41]
+    assert step_boundaries(ids, {NL}, min_gap=5, max_len=45) == [5, 10, 41]
 
 
 def test_prefix_mean_entropies_by_hand():
@@ -77,11 +115,10 @@ def test_select_prefix_returns_lowest_smoothed_score():
 def test_candidates_come_from_every_rollouts_steps_with_the_length_filter_before_thinning():
     """Pins issue 11 point 3: candidates are the intermediate steps of the whole group (not of one
     anchor rollout), a prefix shared by rollouts is kept once, and the 0.5*L length filter runs before
-    the thinning to max_candidates (a 40-step response keeps 15 short candidates, not the ~8 of the
-    15 evenly spaced ones that happen to be short)."""
-    a = [1, NL, 2, NL, 3]  # steps end at 2 and 4
-    b = [1, NL, 5, 5, NL, 6]  # shares the first step with a, then its own
-    ha, hb = np.array([1.0, 1.0, 0.0, 0.0, 9.0]), np.array([1.0, 1.0, 4.0, 4.0, 4.0, 9.0])
+    the thinning to max_candidates."""
+    a = [1, NL, 2, NL, 3, NL, 4]  # boundaries 2, 4, 6; 6 is the last kept: dropped
+    b = [1, NL, 5, 5, NL, 6, NL]  # 2, 5, 7: shares the first step with a, then its own
+    ha, hb = np.array([1.0, 1.0, 0.0, 0.0, 9.0, 9.0, 9.0]), np.array([1.0, 1.0, 4.0, 4.0, 4.0, 9.0, 9.0])
     got = group_candidates([a, b], [ha, hb], {NL}, min_gap=1)
     assert [(c.row, c.prefix_ids, c.score) for c in got] == [
         (0, (1, NL), 1.0),
@@ -90,13 +127,12 @@ def test_candidates_come_from_every_rollouts_steps_with_the_length_filter_before
     ]
     long = ([1] * 3 + [NL]) * 40  # 40 steps of 4 tokens, 160 tokens
     got = group_candidates([long], [np.ones(160)], {NL}, min_gap=4, max_candidates=15, max_len=80)
-    assert len(got) == 15 and max(len(c.prefix_ids) for c in got) <= 80
+    assert [len(c.prefix_ids) for c in got] == [4, 8, 12, 20, 24, 28, 36, 40, 44, 52, 56, 60, 68, 72, 76]
 
 
 def test_prefix_memory_ring_select_and_state():
     m = PrefixMemory(capacity=2)
     m.add("q", [1, 2], 0.9, np.array([1.0, 0.0]))
-    m.add("q", [1, 2], 0.1, np.array([1.0, 0.0]))  # duplicate prefix: ignored
     m.add("q", [3], 0.5, np.array([0.0, 1.0]))
     m.add("q", [4], 0.7, np.array([0.0, 1.0]))  # evicts [1, 2]
     assert [e.prefix_ids for e in m.entries("q")] == [[3], [4]]
@@ -106,6 +142,25 @@ def test_prefix_memory_ring_select_and_state():
     m2 = PrefixMemory()
     m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
     assert [e.prefix_ids for e in m2.entries("q")] == [[3], [4]] and m2.capacity == 2
+
+
+def test_a_prefix_seen_again_is_appended_with_its_new_entropy():
+    """Released rule: the memory is a deque that takes duplicates, so a prefix re-scored in a later
+    step enters again with the current policy's entropy (keeping the first entry would select on a
+    stale one)."""
+    m = PrefixMemory(capacity=3)
+    m.add("q", [1, 2], 0.9, np.array([1.0, 0.0]))
+    m.add("q", [3], 0.6, np.array([0.0, 1.0]))
+    m.add("q", [1, 2], 0.1, np.array([1.0, 0.0]))  # seen again, now confident
+    assert [(e.prefix_ids, e.score) for e in m.entries("q")] == [([1, 2], 0.9), ([3], 0.6), ([1, 2], 0.1)]
+    # [1, 2]'s neighbourhood: (0.9 e^10 + 0.6 + 0.1 e^10) / (2 e^10 + 1) ~ 0.5 < [3]'s ~ 0.6
+    # (with the first entry kept, [1, 2] would score 0.9 and [3] would be chosen)
+    entry, choice = m.select("q", tau=0.1)
+    e10 = np.exp(10.0)
+    assert entry.prefix_ids == [1, 2] and choice.index == 0
+    assert choice.smoothed == pytest.approx((0.9 * e10 + 0.6 + 0.1 * e10) / (2 * e10 + 1))
+    m.add("q", [4], 0.7, np.array([0.0, 1.0]))  # the ring evicts the stale [1, 2] first
+    assert [(e.prefix_ids, e.score) for e in m.entries("q")] == [([3], 0.6), ([1, 2], 0.1), ([4], 0.7)]
 
 
 def test_guided_queue_keeps_newest_and_carries_ground_truth():

@@ -165,9 +165,13 @@ def _check_novelty(adv_or_scores: torch.Tensor, correct: torch.Tensor, novelty: 
 
 
 def add_novelty_bonus(adv: torch.Tensor, correct: torch.Tensor, novelty: torch.Tensor, *, scale: float) -> torch.Tensor:
-    """ExTra after-norm bonus (paper form, option B): A_i + alpha * nov_i * 1[R_i > 0].
+    """ExTra after-norm bonus (paper form, option B): A_i + alpha * r_int_i * 1[R_i > 0].
 
     Never lowers an advantage; gives all-correct groups (A = 0) a positive signal.
+
+    Args:
+        adv: (B,) advantages A_i.  correct: (B,) bool, R_i > 0.
+        novelty: (B,) ungated r_int_i >= 0 on every row (`NoveltyMemory.score` without `correct`).
     """
     _check_novelty(adv, correct, novelty, scale)
     return adv + scale * novelty.to(adv.dtype) * correct.to(adv.dtype)
@@ -184,11 +188,18 @@ def novelty_shaped_scores(
 ) -> torch.Tensor:
     """ExTra before-norm variant (official code's default, option A): shape the reward, then normalise.
 
-        nov~_i  = nov_i / max_{j in g} nov_j          (0 when the group max is 0)
+        nov~_i  = r_int_i / max_{j in g} r_int_j      (max over the whole group; 0 when it is 0)
         score_i = R_i + alpha * g_i * nov~_i * 1[R_i > 0]
 
-    Feed the result to `grpo_advantages`. `gate` (B,) is g(x) = exp(-lambda * EMA Var[R(x)])
-    (see `novelty.RewardVarianceEMA`); None means g = 1.
+    The max runs over every row of the group, correct or not, as the released code has it; a
+    wrong response with the largest r_int shrinks the correct ones' bonus. Feed the result to
+    `grpo_advantages`.
+
+    Args:
+        scores: (B,) rewards R_i.  correct: (B,) bool, R_i > 0.
+        novelty: (B,) ungated r_int_i >= 0 on every row (`NoveltyMemory.score` without `correct`).
+        index: (B,) group ids.
+        gate: (B,) g(x) = exp(-lambda * EMA Var[R(x)]) (`novelty.RewardVarianceEMA`); None is g = 1.
     """
     _check_novelty(scores, correct, novelty, scale)
     codes, n_groups = group_codes(index)

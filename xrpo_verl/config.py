@@ -256,18 +256,22 @@ class PrefixConfig(_Config):
         "all_fail",
         "Hard prompt: all rollouts fail (paper) or at most one succeeds, pass rate <= 1/n (released code). [P]/[C]",
     )
-    min_gap: int = _f(32, "Merge newline boundaries closer than this many tokens to the last kept one. [C]")
+    min_gap: int = _f(
+        32, "A newline boundary after the first is kept only if >= this many tokens after the last kept one. [C]"
+    )
     max_candidates: int = _f(
-        15, "Keep at most this many evenly spaced step boundaries per response, after the length filter. [C]"
+        15, "K: keep at most K step boundaries per response, b[floor(i*n/K)], after the length filter. [C]"
     )
     tau: float = _f(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
     max_prefixes_per_prompt: int = _f(128, "Prefix memory ring buffer per original prompt. [C]")
     queue_size: int = _f(512, "Guided-prompt FIFO capacity; the newest entries are kept. [C-script]")
     per_step: int = _f(16, "Guided prompts injected per step (they replace the batch's tail rows). [C-script]")
-    warmup_steps: int = _f(30, "No prefix memory, queueing or injection before this global step. [C-script]")
+    warmup_steps: int = _f(30, "No prefix memory, queueing or injection up to this global step, inclusive. [C-script]")
     n_suffix: int = _f(8, "Suffix rollouts per guided prompt (its own GRPO group). [C]")
     max_prefix_frac: float = _f(
-        0.5, "Longest prefix as a fraction of max_response_length; applied before thinning. [I]"
+        0.5,
+        "Longest prefix as a fraction of max_response_length, applied before thinning; 1.0 = no cap, the "
+        "released code's boundaries except a lone one at the response's end. [I]",
     )
 
     def __post_init__(self) -> None:

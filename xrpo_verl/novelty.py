@@ -1,12 +1,15 @@
 """Per-prompt embedding memory for ExTra's novelty bonus (ExTra §3.1). Pure numpy.
 
-    r_int(x, y_i) = 1[R_i > 0] * max(0, 1 - max_{z' in Phi(x) u siblings(i)} cos(z_i, z'))
+    d_i      = max(0, 1 - max_{z' in Phi(x) u siblings(i)} cos(z_i, z'))
+    r_int_i  = d_i if d_i >= eps else 0      eps = NOVELTY_EPS; ungated, every response
 
 Phi(x) is a ring buffer of the last `capacity` response embeddings of prompt x (every response,
 correct or not, is pushed after scoring). The reference set Phi(x) u siblings(i) excludes response
-i itself; novelty is 0 while it holds fewer than `warmup` embeddings. Counting this step's siblings
+i itself; r_int is 0 while it holds fewer than `warmup` embeddings. Counting this step's siblings
 lets a prompt's first visit score (the released code counted Phi(x) only, which left the whole
-first epoch at 0; docs/algorithms.md, novelty).
+first epoch at 0; docs/algorithms.md, novelty). The correctness gate 1[R_i > 0] is applied by the
+advantage functions (`advantages.novelty_shaped_scores`, `advantages.add_novelty_bonus`), which
+take r_int ungated.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from typing import Any
 import numpy as np
 
 from xrpo_verl.embeddings import check_unit_rows
+
+# d below this counts as 0. 1 - cos of two equal float32 unit vectors is rounding noise, not 0, and
+# before-norm shaping divides by the group max, which would turn that noise into a novelty near 1
+# for a group of identical answers. Set between that noise (unit vectors of the dims we use) and
+# 1 - cos of texts one character apart under MiniLM, with a margin each way (docs/algorithms.md).
+NOVELTY_EPS = 5e-6
 
 
 class NoveltyMemory:
@@ -44,23 +53,26 @@ class NoveltyMemory:
         """The (m, d) embeddings stored for `key`, oldest first (m = 0 if unseen)."""
         return self._mem.get(key, np.zeros((0, 0), dtype=np.float32))
 
-    def score(self, keys: Sequence[str], embeddings: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    def score(self, keys: Sequence[str], embeddings: np.ndarray, correct: np.ndarray | None = None) -> np.ndarray:
         """r_int per response (see module docstring); does not modify the memory.
 
         Args:
             keys: (B,) prompt key per response.
             embeddings: (B, d) L2-normalised response embeddings z_i.
-            correct: (B,) bool, R_i > 0.
+            correct: optional (B,) bool R_i > 0, multiplied in when given. Leave it None for the
+                advantage functions: they gate themselves, and before-norm shaping needs the
+                ungated group max.
         Returns:
-            (B,) float32 in [0, 1]; 0 for wrong answers and while the reference set is below `warmup`.
+            (B,) float32, 0 or in [NOVELTY_EPS, 1]; 0 while the reference set is below `warmup`.
         """
         keys = list(keys)
         z = check_unit_rows("embeddings", embeddings, len(keys))
-        correct = np.asarray(correct)
-        if correct.shape != (len(keys),) or correct.dtype != np.bool_:
-            raise ValueError(
-                f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} {correct.shape}"
-            )
+        if correct is not None:
+            correct = np.asarray(correct)
+            if correct.shape != (len(keys),) or correct.dtype != np.bool_:
+                raise ValueError(
+                    f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} {correct.shape}"
+                )
         out = np.zeros(len(keys), dtype=np.float32)
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
@@ -78,8 +90,8 @@ class NoveltyMemory:
             m = hist.shape[0]
             sims[np.arange(len(rows)), m + np.arange(len(rows))] = -np.inf  # exclude itself
             nov = np.maximum(0.0, 1.0 - sims.max(axis=1))
-            out[rows] = nov * correct[rows]
-        return out
+            out[rows] = np.where(nov >= NOVELTY_EPS, nov, 0.0)
+        return out if correct is None else out * correct
 
     def update(self, keys: Sequence[str], embeddings: np.ndarray) -> None:
         """Push every response (correct or not) into its key's ring buffer, in order."""

@@ -2,9 +2,12 @@
 
 1. Hard prompt: all rollouts fail (the paper), or at most one succeeds (pass rate <= 1/n, the
    released code's rule, an option).
-2. Candidates from the intermediate steps of every rollout of the group (`group_candidates`):
-   boundaries just after newline tokens; merge those < min_gap after the last kept one; never the
-   whole response; drop those longer than max_len; then keep <= max_candidates evenly spaced.
+2. Candidates from the intermediate steps of every rollout of the group (`group_candidates`),
+   boundaries b just after newline tokens (`step_boundaries`):
+     a. the first boundary is kept; b. a later one if >= min_gap after the last kept one;
+     c. the last kept one is dropped if more than one was kept, and so is a lone one at T (a
+        suffix must remain); then those past max_len are dropped;
+     d. n > K left: keep b_{floor(i n / K)}, i = 0..K-1 (K = max_candidates).
 3. Score MTE(p_b) = (1/b) sum_{t<=b} H_t over the rollout's own token entropies.
 4. Smooth over prefix embeddings: MTE~_i = sum_j softmax_j(cos(e_i, e_j)/tau) MTE_j, and pick the
    argmin (`select_prefix`, the one function `PrefixMemory.select` and production call).
@@ -49,34 +52,37 @@ def step_boundaries(
     max_candidates: int = 15,
     max_len: int | None = None,
 ) -> list[int]:
-    """Prefix end positions b (prefix = token_ids[:b]) at step breaks, see module docstring item 2.
+    """Prefix end positions b (prefix = token_ids[:b]) at step breaks, rules 2a-d of the module docstring.
 
     Args:
         token_ids: (T,) response token ids, without trailing EOS/padding.
         newline_ids: ids that end a line (e.g. the tokenizer's "\\n" and "\\n\\n").
-        min_gap: a boundary must lie >= min_gap tokens after the previous kept one (the first after 0).
-        max_candidates: keep at most this many, evenly spaced (first and last kept), after the length filter.
-        max_len: drop boundaries beyond this many tokens (max_prefix_frac * max_response_length).
+        min_gap: a boundary after the first must lie >= min_gap tokens after the last kept one.
+        max_candidates: K, keep at most this many (rule d), after the length filter.
+        max_len: drop boundaries beyond this many tokens (max_prefix_frac * max_response_length);
+            None or >= T drops none.
     Returns:
-        Sorted boundaries, each in [min_gap, T): every step but the last is a candidate.
+        Sorted boundaries, each in [1, T).
     """
     if min_gap < 1 or max_candidates < 1:
         raise ValueError(f"min_gap = {min_gap!r} and max_candidates = {max_candidates!r} must be >= 1")
     if not newline_ids:
         raise ValueError("newline_ids is empty: no token can end a step")
     kept: list[int] = []
-    last = 0
     for i, tok in enumerate(token_ids):
         b = i + 1
-        if tok in newline_ids and b - last >= min_gap:
+        if tok in newline_ids and (not kept or b - kept[-1] >= min_gap):
             kept.append(b)
-            last = b
-    kept = [b for b in kept if b < len(token_ids)]  # the last step is never a prefix: a suffix must remain
+    if len(kept) > 1:
+        kept.pop()  # it is the response's end whenever the response ends in a newline
+    elif kept and kept[0] >= len(token_ids):
+        kept = []  # a lone boundary at the end is the whole response: nothing left to regenerate
     if max_len is not None:
+        # before thinning, so a long response keeps up to K candidates within the cap
         kept = [b for b in kept if b <= max_len]
-    if len(kept) > max_candidates:
-        pick = np.unique(np.round(np.linspace(0, len(kept) - 1, max_candidates)).astype(int))
-        kept = [kept[i] for i in pick]
+    n, k = len(kept), max_candidates
+    if n > k:  # floor(i n / K) in integers: the released code's int(i * n / 15)
+        kept = [kept[i * n // k] for i in range(k)]
     return kept
 
 
@@ -193,17 +199,18 @@ class PrefixMemory:
         return list(self._mem.get(prompt_id, ()))
 
     def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
-        """Store a prefix (relative to the original prompt); an identical prefix is not stored twice."""
+        """Append a prefix (relative to the original prompt), evicting the oldest when full.
+
+        A prefix seen again is appended again with its new score (duplicates allowed): each entry
+        carries the entropy of the policy that produced it, and the oldest age out of the ring first.
+        """
         if not np.isfinite(score):
             raise ValueError(f"prefix score must be finite, got {score!r}")
         if len(prefix_ids) == 0:
             raise ValueError("prefix_ids is empty")
         e = check_unit_rows("embedding", np.asarray(embedding).reshape(1, -1))[0]
         buf = self._mem.setdefault(prompt_id, deque(maxlen=self.capacity))
-        ids = [int(t) for t in prefix_ids]
-        if any(x.prefix_ids == ids for x in buf):
-            return
-        buf.append(PrefixEntry(ids, float(score), e))
+        buf.append(PrefixEntry([int(t) for t in prefix_ids], float(score), e))
 
     def select(self, prompt_id: str, *, tau: float = 0.1) -> tuple[PrefixEntry, PrefixChoice] | None:
         """`select_prefix` over this prompt's whole memory; None if it holds nothing."""
