@@ -199,3 +199,47 @@ def test_restored_corpus_rebuilds_its_index():
     d = ICLCorpus(Fixed(z), use_gpu="never")
     d.load_state_dict(c.state_dict())
     assert [e.prompt_id for e in d.retrieve("p3", "3", k=4)] == before
+
+
+def test_icl_user_turn_fits_the_rollout_prompt_cap_with_the_chat_template():
+    """Regression: with the CPU tiny model the rendered ICL prompt (~150 tokens for K=2) never fit
+    a 64-token prompt cap, so every all-fail prompt fell back to zero-shot and ICL never triggered.
+    The budget is the rollout's cap minus what the chat template adds around the user turn."""
+    from xrpo_verl.icl import ICLExample, render_icl_prompt, user_turn_budget
+    from xrpo_verl.local.tiny_model import TinyModelConfig, build_tokenizer
+
+    tok = build_tokenizer(TinyModelConfig())
+    messages = [{"role": "user", "content": "57+88=?"}]
+
+    def count(t):
+        return len(tok.encode(t, add_special_tokens=False))
+
+    overhead = count(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)) - count("57+88=?")
+    assert overhead > 0 and user_turn_budget(overhead, 192) == 192 - overhead
+    ex = [ICLExample("a", "3+4=?", "3+4\n=7\n\\boxed{7}", 1, 9), ICLExample("b", "5-2=?", "5-2\n=3\n\\boxed{3}", 1, 9)]
+    text = render_icl_prompt(
+        ex, "57+88=?", count_tokens=count, max_example_tokens=16, max_prompt_tokens=user_turn_budget(overhead, 192)
+    ).text
+    assert text != "57+88=?"
+    user = [{"role": "user", "content": text}]
+    assert count(tok.apply_chat_template(user, tokenize=False, add_generation_prompt=True)) <= 192
+    # a cap of 64 tokens cannot hold one example: zero-shot
+    small = user_turn_budget(overhead, 64)
+    assert render_icl_prompt(
+        ex, "57+88=?", count_tokens=count, max_example_tokens=16, max_prompt_tokens=small
+    ).text == ("57+88=?")
+
+
+def test_icl_decision_says_why_a_prompt_stays_zero_shot():
+    from xrpo_verl.config import ICLConfig
+    from xrpo_verl.icl import icl_decision
+
+    c = _corpus()
+    cfg = ICLConfig(k=2, min_similarity=0.1, max_example_tokens=4)
+    ok = icl_decision(c, cfg, prompt_id="q1", prompt_text="apple pear", count_tokens=count, max_prompt_tokens=100)
+    assert (ok.reason, ok.examples, ok.similarity) == ("ok", 1, pytest.approx(0.5))  # q2 only: q3 is below 0.1
+    assert "sol2" in ok.text and ok.text.endswith("apple pear")
+    none = icl_decision(c, cfg, prompt_id="q1", prompt_text="boat", count_tokens=count, max_prompt_tokens=100)
+    assert (none.reason, none.text, none.examples) == ("no_examples", "", 0)
+    tight = icl_decision(c, cfg, prompt_id="q1", prompt_text="apple pear", count_tokens=count, max_prompt_tokens=3)
+    assert (tight.reason, tight.text) == ("no_fit", "")

@@ -170,21 +170,23 @@ def test_guided_queue_keeps_newest_and_carries_ground_truth():
             GuidedPrompt(
                 [1, 2],
                 [7, i],
-                ground_truth=f"ans{i}",
-                data_source="math",
                 original_prompt_id=f"p{i}",
                 uid=f"g{i}",
-                extra_info={"index": i},
+                source_row={
+                    "reward_model": {"ground_truth": f"ans{i}"},
+                    "data_source": "math",
+                    "extra_info": {"index": i},
+                },
             )
         )
     assert len(q) == 2
     state = pickle.loads(pickle.dumps(q.state_dict()))
     out = q.pop_many(5)
-    assert [g.ground_truth for g in out] == ["ans1", "ans2"] and len(q) == 0
+    assert [g.source_row["reward_model"]["ground_truth"] for g in out] == ["ans1", "ans2"] and len(q) == 0
     assert out[0].input_ids() == [1, 2, 7, 1] and out[0].input_ids(3) == [1, 2, 7]
     r = GuidedQueue()
     r.load_state_dict(state)
-    assert [g.extra_info["index"] for g in r.pop_many(1)] == [1]
+    assert [g.source_row["extra_info"]["index"] for g in r.pop_many(1)] == [1]
 
 
 @pytest.mark.parametrize(

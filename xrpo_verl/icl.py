@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from xrpo_verl.config import ICLConfig
 from xrpo_verl.embeddings import GpuPolicy, IndexKind, VectorIndex, check_unit_rows
 
 KeepPolicy = Literal["recent", "shortest"]
@@ -262,3 +263,54 @@ def render_icl_prompt(
             return RenderedICL(text, tuple(shots), skipped)
         shots.pop()  # drop the least similar example; never cut one
     return RenderedICL(prompt_text, (), skipped)
+
+
+@dataclass(frozen=True)
+class ICLDecision:
+    """The ICL prompt for one all-fail prompt, or why it stays zero-shot."""
+
+    text: str  # the rendered ICL user turn; "" when zero-shot
+    reason: Literal["ok", "no_examples", "no_fit"]  # no_examples: nothing retrieved within the similarity band
+    similarity: float  # mean retrieval similarity of the examples shown; nan when none
+    examples: int  # examples shown, each a whole verified solution
+    skipped_long: int  # retrieved examples left out as longer than max_example_tokens
+
+
+def icl_decision(
+    corpus: ICLCorpus,
+    cfg: ICLConfig,
+    *,
+    prompt_id: str,
+    prompt_text: str,
+    count_tokens: Callable[[str], int],
+    max_prompt_tokens: int,
+) -> ICLDecision:
+    """Retrieve K solved neighbours of an all-fail prompt and render them whole (XRPO §2.3).
+
+    Args:
+        cfg: algorithm.xrpo.icl (K, the similarity band, the longest example shown).
+        count_tokens: text -> token count (the policy's tokenizer).
+        max_prompt_tokens: cap on the rendered user turn (`user_turn_budget`).
+    """
+    examples = corpus.retrieve(
+        prompt_id, prompt_text, k=cfg.k, min_similarity=cfg.min_similarity, max_similarity=cfg.max_similarity
+    )
+    if not examples:
+        return ICLDecision("", "no_examples", float("nan"), 0, 0)
+    r = render_icl_prompt(
+        examples,
+        prompt_text,
+        count_tokens=count_tokens,
+        max_example_tokens=cfg.max_example_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+    )
+    if not r.examples:  # zero-shot fallback: no example fits whole
+        return ICLDecision("", "no_fit", float("nan"), 0, r.skipped_long)
+    sims = [e.similarity for e in r.examples]
+    return ICLDecision(r.text, "ok", float(np.mean(sims)), len(r.examples), r.skipped_long)
+
+
+def user_turn_budget(chat_template_overhead: int, prompt_length: int) -> int:
+    """Tokens the rendered ICL user turn may take: the rollout's prompt cap (verl left-truncates past
+    it, which would cut the examples' header) minus what the chat template adds around the user text."""
+    return max(1, prompt_length - max(0, chat_template_overhead))

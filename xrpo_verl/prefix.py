@@ -241,16 +241,16 @@ class GuidedPrompt:
     """A queued guided prompt x' = x + p, carrying everything its reward needs.
 
     The official code queued only token ids, so injected rows were scored against the replaced
-    row's ground truth; here the entry carries its own (docs/algorithms.md, prefix regeneration).
+    row's ground truth; here the entry carries the original prompt's whole dataset row (ground
+    truth, data source, extra info: opaque to this module), the one copy the trainer submits from
+    (docs/algorithms.md, prefix regeneration).
     """
 
     prompt_ids: list[int]
     prefix_ids: list[int]
-    ground_truth: Any
-    data_source: str
     original_prompt_id: str
     uid: str
-    extra_info: dict[str, Any] = field(default_factory=dict)
+    source_row: dict[str, Any] = field(default_factory=dict)  # the original prompt's dataset columns
 
     def input_ids(self, max_prompt_length: int | None = None) -> list[int]:
         """prompt_ids + prefix_ids, cut at the end to max_prompt_length (prefix tokens go first)."""

@@ -54,19 +54,21 @@ def _view(responses, entropies, scores, uids, kinds):
         rm_scores=rm,
         old_log_probs=torch.zeros(b, t),
         valid=torch.ones(b, dtype=torch.bool),
+        acc=torch.tensor(scores, dtype=torch.float32),
     )
 
 
 def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
-    """Pins issue 11 point 3: candidates come from every rollout of the group (the old code took one
-    anchor's steps), trailing EOS is not a step, and the selection is `select_prefix` over the memory."""
+    """Pins issue 11 point 3: candidates come from every rollout of the group (the released code took
+    one anchor's steps), trailing EOS is not a step, the last step is never a prefix (the released
+    rule), and the selection is `select_prefix` over the memory."""
     state, cfg = _state()
     responses = [
-        [1, NL, 3, 3, NL, 4, EOS],  # steps end at 2 and 5
-        [1, NL, 5, NL, 6, EOS],  # shares step 1; its own step 2 ends at 4
+        [1, NL, 3, 3, NL, 4, NL, 8, EOS],  # steps end at 2, 5 and 7; the last is dropped
+        [1, NL, 5, NL, 6, NL, 8, EOS],  # shares step 1; its own step 2 ends at 4
         [1, NL, 9, EOS],  # group u2: a success, not hard
     ]
-    entropies = [[2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0], [2.0, 2.0, 0.1, 0.1, 3.0, 3.0], [1.0] * 4]
+    entropies = [[2.0] * 5 + [1.0] * 4, [2.0, 2.0, 0.1, 0.1] + [3.0] * 4, [1.0] * 4]
     view = _view(responses, entropies, [0.0, 0.0, 1.0], ["u1", "u1", "u2"], ["base", "round", "base"])
     rows = {"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d", "uid": "u1"}}
     got = queue_prefixes(
@@ -82,7 +84,8 @@ def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
     assert got.hard_prompts == 1 and got.queued == 1 and got.candidates == [3]
     gp = state.guided_queue.pop_many(1)[0]
     # MTE: [1, NL] 2.0; [1, NL, 3, 3, NL] 2.0; [1, NL, 5, NL] (2 + 2 + 0.1 + 0.1)/4 = 1.05, the argmin
-    assert gp.prefix_ids == [1, NL, 5, NL] and gp.original_prompt_id == "key_u1" and gp.ground_truth == "5"
+    assert gp.prefix_ids == [1, NL, 5, NL] and gp.original_prompt_id == "key_u1"
+    assert gp.source_row == {"reward_model": {"ground_truth": "5"}, "data_source": "d"}  # its own, uid dropped
     assert gp.prompt_ids == [7, 8]
     assert got.chosen_shortest == 0 and got.chosen_lowest_raw == 1 and got.tied == 0
     m = got.metrics()

@@ -69,17 +69,15 @@ def test_guided_row_never_inherits_the_replaced_rows_ground_truth():
     gp = GuidedPrompt(
         prompt_ids=[1, 2],
         prefix_ids=[5, 6],
-        ground_truth=stored["reward_model"]["ground_truth"],
-        data_source=stored["data_source"],
         original_prompt_id=R.prompt_key(source["raw_prompt"]),
         uid="g1",
-        extra_info=stored["extra_info"],
+        source_row=stored,
     )
-    g = R.guided_row(replaced, stored, uid=gp.uid)
+    g = R.guided_row(replaced, gp.source_row, uid=gp.uid)
     row = R.with_plugin_columns(
         g, kind="guided", rollout_n=8, agent_name="extra_prefix", prefix_ids=gp.prefix_ids, key=gp.original_prompt_id
     )
-    assert row["reward_model"]["ground_truth"] == "12" == gp.ground_truth
+    assert row["reward_model"]["ground_truth"] == "12"
     assert row["data_source"] == "arith1" and row["extra_info"] == {"index": 1, "split": "train"}
     assert row["raw_prompt"] == source["raw_prompt"] and row["uid"] == "g1"
     assert row[R.COL_PROMPT_KEY] == R.prompt_key(source["raw_prompt"])

@@ -43,24 +43,15 @@ def _fill(state):
     state.novelty.update(["p1", "p1", "p1"], enc.encode(["a", "b", "c"]))
     state.reward_var.update("p1", [1.0, 0.0])
     state.prefix_memory.add("p1", [4, 5], 0.3, enc.encode(["4 5"])[0])
-    for i in range(3):  # capacity 2: the oldest is dropped, with its stored row
-        gp = GuidedPrompt(
-            prompt_ids=[1],
-            prefix_ids=[4, 5],
-            ground_truth=str(i),
-            data_source="d",
-            original_prompt_id="p1",
-            uid=f"g{i}",
-        )
-        state.guided_queue.push(gp)
-        state.remember_guided_row(gp.uid, {"reward_model": {"ground_truth": str(i)}, "data_source": "d"})
+    for i in range(3):  # capacity 2: the oldest is dropped, with its row
+        row = {"reward_model": {"ground_truth": str(i)}, "data_source": "d"}
+        state.guided_queue.push(GuidedPrompt([1], [4, 5], original_prompt_id="p1", uid=f"g{i}", source_row=row))
     state.counters["icl_triggers"] = 5
 
 
 def test_round_trip_through_a_checkpoint_folder(tmp_path):
     a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
     _fill(a)
-    assert sorted(a.guided_rows) == ["g1", "g2"]
     path = a.save(str(tmp_path / "global_step_4"))
     assert path.endswith("global_step_4/xrpo/state.pkl")
     b = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
@@ -75,8 +66,9 @@ def test_round_trip_through_a_checkpoint_folder(tmp_path):
         a.novelty.score(["p1", "p1"], probe, np.array([True, True])),
     )
     assert b.reward_var.gate("p1") == a.reward_var.gate("p1") < 1.0
-    assert [g.uid for g in b.guided_queue.pop_many(5)] == ["g1", "g2"]
-    assert b.guided_rows["g2"]["reward_model"]["ground_truth"] == "2"
+    restored = b.guided_queue.pop_many(5)
+    assert [g.uid for g in restored] == ["g1", "g2"]
+    assert restored[1].source_row == {"reward_model": {"ground_truth": "2"}, "data_source": "d"}
 
 
 def test_missing_or_mismatched_state_is_an_error(tmp_path):
@@ -87,6 +79,9 @@ def test_missing_or_mismatched_state_is_an_error(tmp_path):
     off.save(str(tmp_path / "global_step_1"))  # saved without the variance EMA (after_norm)
     with pytest.raises(ValueError, match="reward_var"):
         a.load(str(tmp_path / "global_step_1"))
+    old = a.state_dict() | {"version": 1}  # a checkpoint of the former layout (guided rows kept apart)
+    with pytest.raises(ValueError, match="version 1 is not supported"):
+        a.load_state_dict(old)
 
 
 def test_embedder_index_settings_reach_the_icl_corpus():

@@ -338,7 +338,6 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
         )
 
 
-
 def untied_copy(model_dir, out_dir=None):
     """The model with its output layer untied from the input embedding (a copy, cached beside it).
 

@@ -27,7 +27,7 @@ from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentL
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
 from verl.workers.rollout.replica import TokenOutput
 
-from xrpo_verl.verl_adapters.config import read_method_configs
+from xrpo_verl.verl_adapters.config import AGENT_LOOP_MANAGER, TRAINER_MODE, read_method_configs
 
 ICL_AGENT = "xrpo_icl"
 PREFIX_AGENT = "extra_prefix"
@@ -151,3 +151,22 @@ class XrpoAgentLoopManager(AgentLoopManagerTQ):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = ray.remote(XrpoAgentLoopWorker)
+
+
+def select_agent_loop_manager(config) -> None:
+    """Use `XrpoAgentLoopManager` (session offsets); refuse a manager that would overwrite round 1."""
+    from omegaconf import open_dict
+    from verl.utils.import_utils import load_class_from_fqn
+
+    agent_cfg = config.actor_rollout_ref.rollout.agent
+    current = agent_cfg.get("agent_loop_manager_class", None)
+    if not current:
+        with open_dict(config):
+            agent_cfg.agent_loop_manager_class = AGENT_LOOP_MANAGER
+        return
+    cls = load_class_from_fqn(current, "AgentLoopManager")
+    if not (isinstance(cls, type) and issubclass(cls, XrpoAgentLoopManager)):
+        raise ValueError(
+            f"actor_rollout_ref.rollout.agent.agent_loop_manager_class={current!r} is not a subclass of "
+            f"{AGENT_LOOP_MANAGER}; trainer mode {TRAINER_MODE!r} needs its session offsets (leave it empty)."
+        )

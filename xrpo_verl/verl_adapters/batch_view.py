@@ -1,7 +1,8 @@
 """The step's trajectories, read once from TransferQueue into dense tensors and lists.
 
 `XrpoTrainer._compute_advantage` builds one `BatchView` and hands it to the advantage, novelty,
-ICL-corpus and prefix code, which never touch TransferQueue themselves.
+ICL-corpus and prefix code, which never touch TransferQueue themselves. `correct` (a verified
+success) comes from the scorer's `acc` in each row's reward_extra_info (`rewards/result.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from tensordict import TensorDict
 
 from xrpo_verl import advantages as adv_lib
+from xrpo_verl.rewards.result import SUCCESS_ACC
 from xrpo_verl.verl_adapters import rows as R
 
 
@@ -30,14 +32,16 @@ class BatchView:
     rm_scores: torch.Tensor  # (B, T) float, the reward on the last token
     old_log_probs: torch.Tensor  # (B, T)
     valid: torch.Tensor  # (B,) bool, False on verl's padding rows
+    acc: torch.Tensor  # (B,) float, the scorer's verdict of full correctness (reward_extra_info["acc"])
     scores: torch.Tensor = field(init=False)  # (B,) sequence reward R_i
-    correct: torch.Tensor = field(init=False)  # (B,) bool, R_i > 0 on valid rows
+    correct: torch.Tensor = field(init=False)  # (B,) bool, a verified success (acc >= 1) on valid rows
     not_guided: torch.Tensor = field(init=False)  # (B,) bool
     seq_logp_mean: torch.Tensor = field(init=False)  # (B,) s(y_i) over generated tokens
 
     def __post_init__(self) -> None:
         self.scores = self.rm_scores.sum(-1)
-        self.correct = (self.scores > 0) & self.valid
+        # from the scorer's verdict, never from the score: a partial-credit response is not a success
+        self.correct = (self.acc >= SUCCESS_ACC) & self.valid
         self.not_guided = torch.tensor([k != "guided" for k in self.kinds], dtype=torch.bool)
         self.seq_logp_mean = adv_lib.sequence_mean_logprob(self.old_log_probs, self.mask)
 
@@ -51,6 +55,7 @@ class BatchView:
         def column(name):  # LinkedList / NonTensorStack / ndarray, depending on the TQ backend
             return [getattr(v, "data", v) for v in list(data[name])]
 
+        valid = torch.tensor([not t.get("is_padding", False) for t in tags], dtype=torch.bool)
         return cls(
             uids=[str(u) for u in column("uid")],
             keys=[str(k) for k in column(R.COL_PROMPT_KEY)],
@@ -62,7 +67,8 @@ class BatchView:
             mask=dense("response_mask").float(),
             rm_scores=dense("rm_scores").float(),
             old_log_probs=dense("old_log_probs").float(),
-            valid=torch.tensor([not t.get("is_padding", False) for t in tags], dtype=torch.bool),
+            valid=valid,
+            acc=torch.tensor(scorer_acc(column("extra_fields"), valid.tolist()), dtype=torch.float32),
         )
 
     def groups(self, rows: torch.Tensor) -> dict[str, list[int]]:
@@ -73,16 +79,19 @@ class BatchView:
         return out
 
 
-def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
-    """Response tokens the loss does not see (`response_mask` 0 inside the response), from the batch itself:
-    ExTra guided rows must have them (the forced prefix), every other row none."""
-    lengths = torch.tensor([int(r.numel()) for r in view.responses], dtype=torch.float32)
-    masked = lengths - view.mask.sum(-1)
-    guided = ~view.not_guided & view.valid
-    other = view.not_guided & view.valid
-    return {
-        "xrpo/prefix/guided_rows": float(guided.sum()),
-        "xrpo/prefix/guided_rows_masked": float((masked[guided] > 0).sum()),
-        "xrpo/prefix/masked_prefix_tokens": float(masked[guided].sum()),
-        "xrpo/prefix/masked_tokens_other_rows": float(masked[other].sum()),
-    }
+def scorer_acc(extra_fields: list, valid: list[bool]) -> list[float]:
+    """reward_extra_info["acc"] per row (0 on padding rows); a valid row without it is an error."""
+    out = []
+    for i, (extra, ok) in enumerate(zip(extra_fields, valid, strict=True)):
+        info = (extra.get("reward_extra_info", None) or {}) if isinstance(extra, dict) else {}
+        if not ok:
+            out.append(0.0)
+        elif "acc" in info:
+            out.append(float(info["acc"]))
+        else:
+            raise ValueError(
+                f"row {i} has no 'acc' in its reward_extra_info (keys {sorted(info)}): the xrpo trainer counts a "
+                "success only from the scorer's verdict; use reward.reward_manager.name=xrpo or a scorer that "
+                "returns 'acc' (verl's naive manager writes a float score as acc)"
+            )
+    return out

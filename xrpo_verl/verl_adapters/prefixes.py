@@ -53,6 +53,19 @@ class PrefixQueueResult:
         }
 
 
+def newline_token_ids(tokenizer) -> set[int]:
+    """Ids whose text is a newline run: step boundaries of ExTra's `paragraph` split (§3.2)."""
+    ids = set()
+    for text in ("\n", "\n\n"):
+        enc = tokenizer.encode(text, add_special_tokens=False)
+        if len(enc) == 1:
+            ids.add(int(enc[0]))
+    for i in range(min(1000, len(tokenizer))):
+        if tokenizer.decode([i]) in ("\n", "\n\n"):
+            ids.add(i)
+    return ids
+
+
 def _strip_tail(ids: list[int], drop: set[int]) -> list[int]:
     """Token ids without trailing EOS/padding: a prefix must leave a real suffix."""
     end = len(ids)
@@ -89,7 +102,8 @@ def queue_prefixes(
         raise ValueError("queue_prefixes needs the batch's entropy and prompts")
     rows = view.valid & torch.tensor([k in CANDIDATE_KINDS for k in view.kinds], dtype=torch.bool)
     for uid, idx in view.groups(rows).items():
-        if not prefix_lib.is_hard([float(view.scores[i]) for i in idx], cfg.hard_threshold):
+        # hard by verified successes (the scorer's verdict), never by a partial score
+        if not prefix_lib.is_hard([float(view.correct[i]) for i in idx], cfg.hard_threshold):
             continue
         out.hard_prompts += 1
         responses = [_strip_tail(view.responses[i].tolist(), end_ids) for i in idx]
@@ -102,14 +116,17 @@ def queue_prefixes(
             max_candidates=cfg.max_candidates,
             max_len=max_prefix_len,
         )
-        if not cands:
-            continue
         key = view.keys[idx[0]]
-        emb = state.extra_embedder().encode([decode(list(c.prefix_ids)) for c in cands])
-        for c, e in zip(cands, emb, strict=True):
-            state.prefix_memory.add(key, c.prefix_ids, c.score, e)
-        # b* = argmin_i Σ_j softmax_j(cos_ij / τ) MTE_j over the prompt's whole prefix memory
-        entry, choice = state.prefix_memory.select(key, tau=cfg.tau)
+        if cands:
+            emb = state.extra_embedder().encode([decode(list(c.prefix_ids)) for c in cands])
+            for c, e in zip(cands, emb, strict=True):
+                state.prefix_memory.add(key, c.prefix_ids, c.score, e)
+        # b* = argmin_i Σ_j softmax_j(cos_ij / τ) MTE_j over the prompt's whole prefix memory; as in
+        # the released code, a hard prompt with no new candidate this step still draws from it
+        found = state.prefix_memory.select(key, tau=cfg.tau)
+        if found is None:
+            continue
+        entry, choice = found
         memory = state.prefix_memory.entries(key)
         out.candidates.append(len(cands))
         out.memory.append(len(memory))
@@ -119,17 +136,13 @@ def queue_prefixes(
         source = source_rows.get(uid)
         if source is None:
             raise RuntimeError(f"hard prompt {uid} has no source row in this step; cannot queue its guided prompt")
-        stored = R.dataset_row(source)
         gp = prefix_lib.GuidedPrompt(
             prompt_ids=view.prompts[idx[0]].tolist(),
             prefix_ids=list(entry.prefix_ids),
-            ground_truth=stored["reward_model"]["ground_truth"],
-            data_source=stored["data_source"],
-            extra_info=stored.get("extra_info"),
             original_prompt_id=key,
             uid=uuid.uuid4().hex,
+            source_row=R.dataset_row(source),
         )
         state.guided_queue.push(gp)
-        state.remember_guided_row(gp.uid, stored)
         out.queued += 1
     return out

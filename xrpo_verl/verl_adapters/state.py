@@ -17,7 +17,7 @@ from xrpo_verl.verl_adapters.config import PluginSettings
 
 STATE_DIR = "xrpo"
 STATE_FILE = "state.pkl"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: a guided prompt carries its dataset row (no separate guided_rows)
 
 
 class PluginState:
@@ -38,9 +38,6 @@ class PluginState:
         self.prefix_memory = None
         self.guided_queue = None
         self.reward_var = None
-        # Full dataset rows of queued guided prompts, by guided uid: restored verbatim on injection,
-        # so a guided prompt never inherits another row's ground truth or metadata.
-        self.guided_rows: dict[str, dict] = {}
         self.counters: dict[str, int] = {"icl_triggers": 0, "icl_flips": 0, "guided_injected": 0}
         self._build()
 
@@ -88,18 +85,10 @@ class PluginState:
         }
 
     # ------------------------------------------------------------------ (de)serialisation
-    def remember_guided_row(self, uid: str, row: dict) -> None:
-        """Keep the full row of a queued guided prompt; like the queue, keep only the newest `queue_size`."""
-        self.guided_rows[uid] = row
-        excess = len(self.guided_rows) - self.settings.extra.prefix.queue_size
-        for old in list(self.guided_rows)[: max(0, excess)]:
-            del self.guided_rows[old]
-
     def state_dict(self) -> dict:
         return {
             "version": STATE_VERSION,
             "components": {k: (v.state_dict() if v is not None else None) for k, v in self._components().items()},
-            "guided_rows": dict(self.guided_rows),
             "counters": dict(self.counters),
         }
 
@@ -117,7 +106,6 @@ class PluginState:
                     f"checkpoint has no state for {name!r}, but that feature is on now; resuming would not be exact"
                 )
             component.load_state_dict(saved)
-        self.guided_rows = dict(d["guided_rows"])
         self.counters = dict(d["counters"])
 
     def save(self, step_dir: str) -> str:

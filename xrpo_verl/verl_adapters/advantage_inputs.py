@@ -1,0 +1,84 @@
+"""The per-response inputs of our estimators that only the trainer can compute, from the step's batch view.
+
+- `novelty_scores`: ExTra's r_int of every response against its prompt's memory (ExTra §3.1), then
+  every response enters the memory;
+- `variance_gate`: g(x) = exp(-λ EMA Var[R(x)]) of the before-norm placement, after folding this
+  step's group variance into the per-prompt EMA;
+- `rollout_correction`: verl's IS weights and rejection mask, exactly as verl's `_compute_advantage`
+  runs them before its estimator (ours replace that method, so they must run it too).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from xrpo_verl.config import NoveltyBonusConfig
+from xrpo_verl.novelty import NoveltyMemory, RewardVarianceEMA
+from xrpo_verl.verl_adapters.batch_view import BatchView
+
+
+def novelty_scores(
+    view: BatchView,
+    memory: NoveltyMemory,
+    encode: Callable[[list[str]], np.ndarray],
+    decode: Callable[[list[int]], str],
+    cfg: NoveltyBonusConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """r_int per row (B,) float32, ungated (the estimators gate by correctness), and its metrics.
+
+    The tail of each valid response (its last `cfg.tail_tokens` tokens, decoded) is embedded and
+    scored against the prompt's memory and its siblings; every valid response then enters the memory.
+    """
+    idx = np.flatnonzero(view.valid.numpy())
+    novelty = torch.zeros(len(view.uids), dtype=torch.float32)
+    if idx.size == 0:
+        return novelty, {"xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0}
+    tails = [decode(view.responses[i][-cfg.tail_tokens :].tolist()) for i in idx]
+    emb = encode(tails)
+    keys = [view.keys[i] for i in idx]
+    raw = memory.score(keys, emb, np.ones(idx.size, dtype=bool))
+    memory.update(keys, emb)
+    novelty[idx] = torch.as_tensor(np.asarray(raw, dtype=np.float32))
+    # correct responses whose text differs from every other response of their prompt this step:
+    # only these can be novel (identical answers have cosine 1)
+    correct = view.correct[idx].numpy()
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    for k, t in zip(keys, tails, strict=True):
+        seen[(k, t)] += 1
+    distinct = sum(c and seen[(k, t)] == 1 for k, t, c in zip(keys, tails, correct, strict=True))
+    return novelty, {
+        "xrpo/novelty/mean_all": float(np.mean(raw)),
+        "xrpo/novelty/correct_distinct": float(distinct),
+        "xrpo/novelty/memory_prompts": float(len(memory)),
+    }
+
+
+def variance_gate(view: BatchView, ema: RewardVarianceEMA) -> torch.Tensor:
+    """g(x) per row (B,) float32 after folding this step's group reward variance into the EMA."""
+    by_key: dict[str, list[float]] = defaultdict(list)
+    for i in np.flatnonzero(view.valid.numpy()):
+        by_key[view.keys[i]].append(float(view.scores[i]))
+    gates = {k: ema.update(k, v) for k, v in by_key.items()}
+    return torch.tensor([gates.get(k, 1.0) for k in view.keys], dtype=torch.float32)
+
+
+def rollout_correction(rc_cfg, old_log_probs, rollout_log_probs, mask):
+    """verl's IS weights and rejection mask for (B, T) tensors: (weights (B, T) or None, mask (B, T), metrics)."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+
+    weights, new_mask, rc_metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=old_log_probs,
+        rollout_log_prob=rollout_log_probs,
+        response_mask=mask,
+        rollout_is=rc_cfg.get("rollout_is", None),
+        rollout_is_threshold=rc_cfg.get("rollout_is_threshold", 2.0),
+        rollout_is_batch_normalize=rc_cfg.get("rollout_is_batch_normalize", False),
+        rollout_rs=rc_cfg.get("rollout_rs", None),
+        rollout_rs_threshold=rc_cfg.get("rollout_rs_threshold", None),
+    )
+    w = weights.batch["rollout_is_weights"] if weights is not None else None
+    return w, new_mask.to(mask.dtype), rc_metrics

@@ -1,0 +1,143 @@
+"""What each XRPO/ExTra mechanism did in a step, as the flat `xrpo/...` metrics verl's trackers log.
+
+Pure functions of the step's plans, decisions and batch view; the trainer calls them and merges the
+results. A mechanism that is switched off logs exactly 0 under every one of its keys (never a
+missing key), so a tracker shows "off" and "inert" the same way and a test can tell both from
+"acting".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from xrpo_verl import advantages as adv_lib
+from xrpo_verl import planner
+from xrpo_verl.icl import ICLDecision
+from xrpo_verl.verl_adapters.batch_view import BatchView
+from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, PluginSettings
+from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs, sequence_advantages
+
+# bins of the allocation histogram: how many prompts got k extra rollouts in a round
+ALLOC_BINS = ((0, 0), (1, 2), (3, 4), (5, 8), (9, 16), (17, 10**9))
+
+
+def round_metrics(r: int, plan: planner.RoundPlan) -> dict[str, float]:
+    """Planner round r: rollouts handed out, to how many prompts, and what drove the split."""
+    ks, diag = np.asarray(plan.extra), plan.diagnostics
+    out = {f"xrpo/round_{r}/rollouts": float(ks.sum()), f"xrpo/round_{r}/prompts": float((ks > 0).sum())}
+    for lo, hi in ALLOC_BINS:  # scalar bins: the trackers drop lists
+        label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 10**9 else f"{lo}+")
+        out[f"xrpo/round_{r}/alloc_hist/{label}"] = float(((ks >= lo) & (ks <= hi)).sum())
+    delta = np.asarray(diag.delta, dtype=float)
+    phi = np.asarray(diag.phi, dtype=float)
+    out[f"xrpo/round_{r}/delta/mean"] = float(delta.mean())
+    out[f"xrpo/round_{r}/phi/mean"] = float(phi.mean())
+    out[f"xrpo/round_{r}/step_rollouts"] = float(plan.step_rollouts)  # T of phi_q
+    # phi/Delta > 1: the exploration bonus, not the uncertainty reduction, drives the allocation
+    if delta.mean() > 0:  # every group at zero variance: Pi = phi and the ratio is undefined
+        out[f"xrpo/round_{r}/phi_over_delta"] = float(phi.mean() / delta.mean())
+    return out
+
+
+def allocation_metrics(group_sizes: Sequence[int]) -> dict[str, float]:
+    """n_q over the step's dataloader prompts (every round included)."""
+    sizes = np.asarray(group_sizes, dtype=float)
+    return {"xrpo/alloc/n_q/mean": sizes.mean(), "xrpo/alloc/n_q/min": sizes.min(), "xrpo/alloc/n_q/max": sizes.max()}
+
+
+def icl_metrics(decisions: list[ICLDecision], triggers: int, flips: int, corpus_size: int) -> dict[str, float]:
+    """ICL seeding this step: triggers, flips and what the prompts held."""
+    sims = [d.similarity for d in decisions if d.reason == "ok"]
+    return {
+        "xrpo/icl/triggers": float(triggers),
+        "xrpo/icl/flips": float(flips),
+        "xrpo/icl/flip_rate": flips / triggers if triggers else 0.0,
+        "xrpo/icl/corpus_size": float(corpus_size),
+        # an all-fail prompt falls back to zero-shot when retrieval is empty or no example fits whole
+        "xrpo/icl/fallback_no_examples": float(sum(d.reason == "no_examples" for d in decisions)),
+        "xrpo/icl/fallback_no_fit": float(sum(d.reason == "no_fit" for d in decisions)),
+        # every example shown is a whole verified solution, so it ends with its own final answer
+        "xrpo/icl/examples_whole": float(sum(d.examples for d in decisions)),
+        "xrpo/icl/examples_skipped_long": float(sum(d.skipped_long for d in decisions)),
+        "xrpo/icl/retrieval_similarity/mean": float(np.mean(sims)) if sims else 0.0,
+    }
+
+
+def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
+    """Response tokens the loss does not see (`response_mask` 0 inside the response), from the batch
+    itself: ExTra guided rows must have them (the forced prefix), every other row none."""
+    lengths = torch.tensor([int(r.numel()) for r in view.responses], dtype=torch.float32)
+    masked = lengths - view.mask.sum(-1)
+    guided = ~view.not_guided & view.valid
+    other = view.not_guided & view.valid
+    return {
+        "xrpo/prefix/guided_rows": float(guided.sum()),
+        "xrpo/prefix/guided_rows_masked": float((masked[guided] > 0).sum()),
+        "xrpo/prefix/masked_prefix_tokens": float(masked[guided].sum()),
+        "xrpo/prefix/masked_tokens_other_rows": float(masked[other].sum()),
+        "xrpo/guided/rollouts": float(guided.sum()),
+        "xrpo/guided/success_rate": float(view.correct[guided].float().mean()) if guided.any() else 0.0,
+    }
+
+
+_BONUS_STATS = ("rows", "abs_mean", "share", "rank_changed")
+
+
+def signal_metrics(
+    view: BatchView | None,
+    inputs: XrpoAdvantageInputs | None = None,
+    algorithm=None,
+    settings: PluginSettings | None = None,
+) -> dict[str, float]:
+    """What sharpening and the novelty bonus did to correct responses this step; all 0 when off.
+
+    Each feature's effect is its advantages against the same estimator without it (the function the
+    estimator itself calls), so a feature that went inert logs 0.
+    """
+    out = {f"xrpo/{f}/bonus_{n}": 0.0 for f in ("sharpening", "novelty") for n in _BONUS_STATS}
+    out["xrpo/novelty/positive_correct"] = 0.0
+    out["xrpo/novelty/mean_correct"] = 0.0
+    # what sharpening can act on: correct responses of mixed groups clearly less likely than their
+    # group (each must get a bonus), and whether the likelihoods it reads vary at all
+    out["xrpo/sharpening/eligible_rows"] = 0.0
+    out["xrpo/sharpening/seq_logp_spread"] = 0.0
+    if view is None:
+        return out
+    features = ESTIMATOR_FEATURES[settings.adv_estimator]
+    valid = view.valid
+    index = list(np.array(view.uids, dtype=object)[valid.numpy()])
+    sub = XrpoAdvantageInputs(
+        seq_logp_mean=inputs.seq_logp_mean[valid],
+        correct=inputs.correct[valid],
+        novelty=inputs.novelty[valid],
+        gate=None if inputs.gate is None else inputs.gate[valid],
+    )
+
+    def seq_adv(feats) -> torch.Tensor:
+        return sequence_advantages(
+            view.scores[valid],
+            index,
+            sub,
+            features=frozenset(feats),
+            algorithm_config=algorithm,
+            norm_adv_by_std=settings.norm_adv_by_std,
+        )
+
+    correct = sub.correct
+    if "sharpening" in features:
+        plain = seq_adv(())
+        effect = adv_lib.bonus_effect(seq_adv({"sharpening"}), plain, correct, index)
+        out.update({f"xrpo/sharpening/bonus_{n}": effect[n] for n in _BONUS_STATS})
+        log_eta = torch.log(adv_lib.novelty_ratio(sub.seq_logp_mean, index).double())
+        out["xrpo/sharpening/eligible_rows"] = float((correct & (plain > 0) & (log_eta < -1e-4)).sum())
+        out["xrpo/sharpening/seq_logp_spread"] = float(log_eta.abs().mean()) if len(log_eta) else 0.0
+    if "novelty" in features:
+        effect = adv_lib.bonus_effect(seq_adv(features), seq_adv(features - {"novelty"}), correct, index)
+        out.update({f"xrpo/novelty/bonus_{n}": effect[n] for n in _BONUS_STATS})
+        gated = sub.novelty * correct  # the bonus only ever reaches correct responses
+        out["xrpo/novelty/positive_correct"] = float((gated > 0).sum())
+        out["xrpo/novelty/mean_correct"] = float(gated[correct].mean()) if correct.any() else 0.0
+    return out

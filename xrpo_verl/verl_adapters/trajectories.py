@@ -1,0 +1,168 @@
+"""verl's TransferQueue layout, owned here: trajectory keys, group status, rewards read back.
+
+verl 0.9.1's V1 trainer registers each submitted prompt row under its `uid` (a "prompt" entry
+whose tag `status` goes pending -> running -> finished | failure), and its agent-loop workers
+put every finished trajectory under `{uid}_{session_id}_{index}` (`agent_loop_tq.py`,
+`_agent_loop_postprocess`): `session_id` counts the row's rollouts from 0 (our agent-loop worker
+shifts it by the row's `xrpo_session_offset`, so later rounds of a uid never overwrite earlier
+ones) and `index` the outputs of one multi-output agent loop. Only this module reads or builds
+those keys.
+
+A rollout is never invented: `session_outcomes` returns exactly what TransferQueue holds, and
+`check_complete` raises when a group finished with fewer trajectories than were submitted, or
+failed, instead of letting a lost rollout pass as a reward.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import transfer_queue as tq
+
+from xrpo_verl.rewards.result import is_success
+
+PARTITION = "train"
+POLL_INTERVAL_S = 0.2
+ROUND_TIMEOUT_S = float(os.environ.get("XRPO_ROUND_TIMEOUT_S", "3600"))
+TERMINAL = ("finished", "failure")
+
+
+class LostRollouts(RuntimeError):
+    """A prompt group ended without every rollout it was submitted for."""
+
+
+def trajectory_key(uid: str, session: int, index: int = 0) -> str:
+    return f"{uid}_{session}_{index}"
+
+
+def parse_trajectory_key(key: str) -> tuple[str, int, int]:
+    """`{uid}_{session}_{index}` -> (uid, session, index); uids are uuid4 strings (no `_`)."""
+    uid, session, index = key.rsplit("_", 2)
+    return uid, int(session), int(index)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One snapshot of the partition: prompt groups' status and trajectory keys per uid."""
+
+    status: dict[str, str]  # uid -> pending | running | finished | failure
+    keys: dict[str, list[str]]  # uid -> trajectory keys in TransferQueue
+
+
+def listing(uids: set[str] | None = None) -> Listing:
+    """What TransferQueue holds now for `uids` (all uids when None)."""
+    items = (tq.kv_list(PARTITION) or {}).get(PARTITION, {})
+    status: dict[str, str] = {}
+    keys: dict[str, list[str]] = defaultdict(list)
+    for key, tag in items.items():
+        if tag.get("is_prompt", False):
+            if uids is None or key in uids:
+                status[key] = tag.get("status", "pending")
+            continue
+        uid = key.rsplit("_", 2)[0]
+        if uids is None or uid in uids:
+            keys[uid].append(key)
+    return Listing(status, dict(keys))
+
+
+def wait_terminal(uids: set[str], timeout_s: float = ROUND_TIMEOUT_S) -> Listing:
+    """Block until every group of `uids` is finished or failed; raise on a failure or a timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = listing(uids)
+        waiting = [u for u in uids if seen.status.get(u) not in TERMINAL]
+        if not waiting:
+            failed = sorted(u for u in uids if seen.status[u] == "failure")
+            if failed:
+                raise LostRollouts(
+                    f"{len(failed)} prompt groups (e.g. {failed[:3]}) failed in the agent loop; their rollouts "
+                    "are lost (the rollout worker's log has the error)"
+                )
+            return seen
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{len(waiting)} prompt groups (e.g. {waiting[:3]}) did not finish within {timeout_s:.0f}s "
+                "(XRPO_ROUND_TIMEOUT_S); an agent loop is stuck"
+            )
+        time.sleep(POLL_INTERVAL_S)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One rollout as the planner reads it."""
+
+    reward: float  # summed reward R_i
+    success: bool  # a verified success: the scorer's acc (rewards/result.py), never a partial score
+
+
+def session_outcomes(keys: list[str]) -> dict[str, dict[int, Outcome]]:
+    """uid -> {session: Outcome} of the given trajectory keys (the last output of a session wins, as
+    verl copies the final output's reward onto the earlier ones)."""
+    out: dict[str, dict[int, Outcome]] = defaultdict(dict)
+    if not keys:
+        return out
+    data = tq.kv_batch_get(keys=keys, partition_id=PARTITION, select_fields=["rm_scores", "extra_fields"])
+    for key, score, extra in zip(keys, list(data["rm_scores"]), list(data["extra_fields"]), strict=True):
+        uid, session, _ = parse_trajectory_key(key)
+        info = (getattr(extra, "data", extra) or {}).get("reward_extra_info", None) or {}
+        if "acc" not in info:
+            raise ValueError(
+                f"trajectory {key} has no 'acc' in its reward_extra_info (keys {sorted(info)}): the planner counts "
+                "a success only from the scorer's verdict (reward.reward_manager.name=xrpo writes it)"
+            )
+        out[uid][session] = Outcome(float(score.sum().item()), is_success(float(info["acc"])))
+    return out
+
+
+def check_complete(uid: str, sessions: dict, submitted: int) -> None:
+    """Raise `LostRollouts` unless `sessions` holds exactly sessions 0..submitted-1 of `uid`."""
+    if set(sessions) != set(range(submitted)):
+        missing = sorted(set(range(submitted)) - set(sessions))
+        extra = sorted(set(sessions) - set(range(submitted)))
+        raise LostRollouts(
+            f"prompt group {uid}: {submitted} rollouts submitted, {len(sessions)} in TransferQueue "
+            f"(missing sessions {missing[:8]}, unexpected {extra[:8]})"
+        )
+
+
+def reward_infos(batch) -> list[dict]:
+    """The step's rows' reward_extra_info (verl keeps it in TransferQueue, in `extra_fields`)."""
+    rows = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+    if not rows:
+        return []
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    extra = [getattr(value, "data", value) for value in data["extra_fields"]]  # as verl's replay_buffer reads it
+    return [dict(extra[i].get("reward_extra_info", None) or {}) for i in rows if isinstance(extra[i], dict)]
+
+
+class RolloutLedger:
+    """n_q of every prompt group in a step: the one count of rollouts submitted per uid.
+
+    Every submission reserves its sessions here (`reserve` gives the session offset of the new
+    rollouts); `rewards` reads the rewards back and insists that they are exactly the reserved ones.
+    """
+
+    def __init__(self) -> None:
+        self.submitted: dict[str, int] = {}
+
+    def reserve(self, uid: str, k: int) -> int:
+        """Reserve k more sessions of `uid`; returns the first new session id (the row's offset)."""
+        if k < 1:
+            raise ValueError(f"cannot reserve {k} rollouts for {uid}")
+        offset = self.submitted.get(uid, 0)
+        self.submitted[uid] = offset + k
+        return offset
+
+    def outcomes(self, uids: list[str], seen: Listing | None = None) -> dict[str, list[Outcome]]:
+        """uid -> outcomes of sessions 0..n_q-1, in session order; `LostRollouts` if any is missing."""
+        seen = seen or listing(set(uids))
+        by_uid = session_outcomes([k for u in uids for k in seen.keys.get(u, [])])
+        out = {}
+        for u in uids:
+            sessions = by_uid.get(u, {})
+            check_complete(u, sessions, self.submitted[u])
+            out[u] = [sessions[i] for i in range(self.submitted[u])]
+        return out
