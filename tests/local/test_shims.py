@@ -22,21 +22,29 @@ print(json.dumps({"cpu_platform": "cpu" in PlatformRegistry.registered_names(),
 """
 
 
-@pytest.mark.parametrize("switch,expected", [("0", False), ("1", True)])
-def test_cpu_switch_controls_every_registration(switch, expected):
-    """Off: `import verl` (which loads our entry point) leaves verl untouched. On: all in place."""
+@pytest.mark.parametrize("switch,expected,external", [("0", False, False), ("1", True, True), ("1", True, False)])
+def test_cpu_switch_controls_every_registration(switch, expected, external):
+    """Off: `import verl` (which loads our entry points) leaves verl untouched. On: all in place,
+    through VERL_USE_EXTERNAL_MODULES as the launchers set it, or through the CPU entry point alone."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE", "VERL_USE_EXTERNAL_MODULES")
     }
     env["XRPO_VERL_CPU"] = switch
-    if switch == "1":  # as launch.cpu_env does: independent of the other plugin modules importing
+    if external:  # as launch.cpu_env does: independent of the other plugin modules importing
         env["VERL_USE_EXTERNAL_MODULES"] = "xrpo_verl.local.register"
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     flags = json.loads(out.stdout.strip().splitlines()[-1])
     assert flags == {k: expected for k in flags}
+
+
+def test_the_cpu_entry_point_loads_before_our_registrations():
+    from importlib.metadata import entry_points
+
+    names = [ep.name for ep in entry_points(group="verl.plugins") if ep.value.startswith("xrpo_verl.")]
+    assert names == ["xrpo_cpu", "xrpo_verl"]
 
 
 def test_cpu_switch_rejects_unknown_values(monkeypatch):
