@@ -35,7 +35,7 @@ class PrefixQueueResult:
     memory: list[int] = field(default_factory=list)  # per queued prompt: entries the selection ran over
     chosen_shortest: int = 0  # selections that picked the shortest prefix in memory
     chosen_lowest_raw: int = 0  # selections that picked the lowest raw MTE (smoothing agreed)
-    tied: int = 0  # selections where the smoothing tied every candidate (spread 0) over > 1 entry
+    tied: int = 0  # selections where the smoothing tied every candidate (spread 0) over > 1 distinct prefix
 
     def metrics(self) -> dict[str, float]:
         def mean(x: list[int]) -> float:
@@ -132,7 +132,8 @@ def queue_prefixes(
         out.memory.append(len(memory))
         out.chosen_shortest += len(entry.prefix_ids) == min(len(m.prefix_ids) for m in memory)
         out.chosen_lowest_raw += entry.score == min(m.score for m in memory)
-        out.tied += len(memory) > 1 and choice.spread == 0.0
+        # a tie over distinct prefixes (the memory may hold one prefix several times, as the released code's)
+        out.tied += len({tuple(m.prefix_ids) for m in memory}) > 1 and choice.spread == 0.0
         source = source_rows.get(uid)
         if source is None:
             raise RuntimeError(f"hard prompt {uid} has no source row in this step; cannot queue its guided prompt")
