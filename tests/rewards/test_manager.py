@@ -219,8 +219,8 @@ def test_custom_reward_function_file_replaces_routing(tokenizer, tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_concurency": 3}, "unknown keys"),
-        ({"math": {"timeout": 3}}, "reward_kwargs.math"),
+        ({"max_concurency": 3}, r"reward_kwargs: unknown key\(s\) \['max_concurency'\]"),
+        ({"math": {"timeout": 3}}, r"XrpoRewardConfig.math: unknown key\(s\) \['timeout'\]"),
         ({"code": {"reward_mode": "partial"}}, "reward_mode"),
         ({"overlong_buffer_cfg": {"enable": True, "len": 4}}, "max_resp_len"),
         ({"overlong_buffer_cfg": {"enable": True, "len": 0}, "max_resp_len": 8}, "len must be > 0"),

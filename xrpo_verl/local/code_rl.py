@@ -9,9 +9,11 @@ hidden tests in the sandbox (bubblewrap, or Docker, or `python -m sandbox serve`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.local import code_task, launch, tiny_model
 
 # The warm-up stops before the reference programs are learnt (its lr schedule is 600 steps long),
@@ -21,33 +23,28 @@ MODEL = tiny_model.TinyModelConfig(task="code", vocab_size=512, sft_steps=165, s
 
 
 @dataclass(frozen=True)
-class CodeSetting:
+class CodeSetting(Config):
     """Sizes and trainer settings of a code-RL run."""
 
-    steps: int = 20
-    """training steps"""
-    prompts_per_step: int = 8
-    """prompts per step (B)"""
-    n: int = 4
-    """rollouts per prompt (GRPO's n; XRPO's n_avg)"""
-    lr: float = 3e-5
-    """actor learning rate"""
-    max_response_length: int = 48
-    """response budget in tokens (the reference programs take ~26)"""
-    n_heldout: int = 32
-    """held-out problems, disjoint from the training problems"""
-    val_samples: int = 4
-    """k samples per held-out problem at T=1 for the pass rate"""
-    data_seed: int = 5
-    """seed of the train/held-out split"""
-    backend: str = "bwrap"
-    """sandbox backend of the reward workers: bwrap | docker | remote"""
-    url: tuple[str, ...] = ()
-    """with backend=remote: the `python -m sandbox serve` URLs (spread, with fail-over)"""
-    max_concurrency: int = 4
-    """sandbox calls in flight per reward worker (reward.reward_kwargs.max_concurrency)"""
-    model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
-    """the warmed-up model"""
+    steps: int = option(20, "Training steps. [I]")
+    prompts_per_step: int = option(8, "Prompts per step (B). [I]")
+    n: int = option(4, "Rollouts per prompt (GRPO's n; XRPO's n_avg). [I]")
+    lr: float = option(3e-5, "Actor learning rate. [I]")
+    max_response_length: int = option(48, "Response budget in tokens (the reference programs take ~26). [I]")
+    n_heldout: int = option(32, "Held-out problems, disjoint from the training problems. [I]")
+    val_samples: int = option(4, "k samples per held-out problem at T=1 for the pass rate. [I]")
+    data_seed: int = option(5, "Seed of the train/held-out split. [I]")
+    backend: Literal["bwrap", "docker", "remote"] = option("bwrap", "Sandbox backend of the reward workers. [I]")
+    url: tuple[str, ...] = option(
+        (), "with backend=remote: the `python -m sandbox serve` URLs (spread, with fail-over). [I]"
+    )
+    max_concurrency: int = option(
+        4, "Sandbox calls in flight per reward worker (reward.reward_kwargs.max_concurrency). [I]"
+    )
+    model: tiny_model.TinyModelConfig = option(help="The warmed-up model. [I]", factory=lambda: MODEL)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
 
     def reward_overrides(self) -> list[str]:
         """The reward of this task: the `xrpo` manager, judging in the sandbox."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xrpo_verl import recipe_files
+from xrpo_verl.config import Config, option
 from xrpo_verl.local import vllm_cpu
 from xrpo_verl.local.switches import CPU_SWITCH, VLLM_SWITCH
 
@@ -34,35 +35,30 @@ ARITH_REWARD = (
 
 
 @dataclass(frozen=True)
-class CpuRun:
+class CpuRun(Config):
     """Size of one CPU training run."""
 
-    model_path: str
-    """HF model directory (the tiny model from `xrpo_verl.local.tiny_model`)"""
-    train_file: str
-    """verl RL parquet for training"""
-    val_file: str
-    """verl RL parquet for validation"""
-    out_dir: str
-    """run directory: checkpoints, metrics.jsonl, trainer.log"""
-    steps: int = 2
-    """trainer.total_training_steps"""
-    prompts_per_step: int = 4
-    """data.train_batch_size (prompts per step)"""
-    n: int = 4
-    """actor_rollout_ref.rollout.n, responses per prompt (the planner's average n for XRPO)"""
-    max_prompt_length: int = 64
-    """data.max_prompt_length, tokens"""
-    max_response_length: int = 24
-    """data.max_response_length, tokens (responses here are 12-17 tokens)"""
-    lr: float = 3e-5
-    """actor learning rate (the learning setting's; 1e-4 made the arith model forget and did not teach addition)"""
-    save_freq: int = -1
-    """trainer.save_freq (-1: never)"""
-    reward: tuple[str, ...] = ARITH_REWARD
-    """the task's reward, as Hydra overrides (default: the arithmetic scorer of the arith and addition tasks)"""
+    model_path: str = option(help="HF model directory (the tiny model from `xrpo_verl.local.tiny_model`). [I]")
+    train_file: str = option(help="verl RL parquet for training. [I]")
+    val_file: str = option(help="verl RL parquet for validation. [I]")
+    out_dir: str = option(help="Run directory: checkpoints, metrics.jsonl, trainer.log. [I]")
+    steps: int = option(2, "trainer.total_training_steps. [I]")
+    prompts_per_step: int = option(4, "data.train_batch_size (prompts per step). [I]")
+    n: int = option(4, "actor_rollout_ref.rollout.n, responses per prompt (the planner's average n for XRPO). [I]")
+    max_prompt_length: int = option(64, "data.max_prompt_length, tokens. [I]")
+    max_response_length: int = option(24, "data.max_response_length, tokens (responses here are 12-17 tokens). [I]")
+    lr: float = option(
+        3e-5,
+        "Actor learning rate (the learning setting's: 1e-4 made the arith model forget, not learn addition). [I]",
+    )
+    save_freq: int = option(-1, "trainer.save_freq (-1: never). [I]")
+    reward: tuple[str, ...] = option(
+        ARITH_REWARD,
+        "The task's reward, as Hydra overrides (default: the arithmetic scorer of the arith and addition tasks). [I]",
+    )
 
     def __post_init__(self):
+        self._check_fields()
         if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
             raise ValueError(
                 f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}"

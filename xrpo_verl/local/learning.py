@@ -11,9 +11,10 @@ numbers, and what did not learn: benchmarks/RESULTS.md ("A CPU task on which GRP
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.local import addition, launch, tiny_model
 
 # The model: the default 5M architecture, warmed up on 1-3 digit sums for fewer steps than it
@@ -22,31 +23,25 @@ MODEL = tiny_model.TinyModelConfig(task="addition", sft_steps=200, sft_schedule_
 
 
 @dataclass(frozen=True)
-class LearningSetting:
+class LearningSetting(Config):
     """Sizes and trainer settings of a learning run (defaults: the setting measured in RESULTS.md)."""
 
-    steps: int = 50
-    """training steps"""
-    prompts_per_step: int = 8
-    """prompts per step (B)"""
-    n: int = 8
-    """rollouts per prompt (GRPO's n; XRPO's n_avg)"""
-    lr: float = 3e-5
-    """actor learning rate (constant, AdamW, no KL; 1e-4 did not learn here, RESULTS.md)"""
-    max_response_length: int = 48
-    """response budget in tokens (3-digit sums take ~32)"""
-    n_train: int = 4096
-    """training problems (more than steps x prompts: each is seen about once)"""
-    n_heldout: int = 100
-    """held-out problems of verl's in-run validation, disjoint from the training set"""
-    n_eval: int = 400
-    """problems of the before/after measurement: the held-out ones and more, none in the training set"""
-    val_samples: int = 4
-    """k samples per held-out problem at the training temperature (T=1) for mean@k"""
-    data_seed: int = 11
-    """seed of the training and held-out problems"""
-    model: tiny_model.TinyModelConfig = field(default_factory=lambda: MODEL)
-    """the warmed-up model"""
+    steps: int = option(50, "Training steps. [I]")
+    prompts_per_step: int = option(8, "Prompts per step (B). [I]")
+    n: int = option(8, "Rollouts per prompt (GRPO's n; XRPO's n_avg). [I]")
+    lr: float = option(3e-5, "Actor learning rate (constant, AdamW, no KL; 1e-4 did not learn here, RESULTS.md). [I]")
+    max_response_length: int = option(48, "Response budget in tokens (3-digit sums take ~32). [I]")
+    n_train: int = option(4096, "Training problems (more than steps x prompts: each is seen about once). [I]")
+    n_heldout: int = option(100, "Held-out problems of verl's in-run validation, disjoint from the training set. [I]")
+    n_eval: int = option(
+        400, "Problems of the before/after measurement: the held-out ones and more, none in the training set. [I]"
+    )
+    val_samples: int = option(4, "k samples per held-out problem at the training temperature (T=1) for mean@k. [I]")
+    data_seed: int = option(11, "Seed of the training and held-out problems. [I]")
+    model: tiny_model.TinyModelConfig = option(help="The warmed-up model. [I]", factory=lambda: MODEL)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
 
     def reward_overrides(self) -> tuple[str, ...]:
         """The reward of this task: the in-process arithmetic scorer."""

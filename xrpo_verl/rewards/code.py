@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.rewards.extract import last_code_block
 from xrpo_verl.rewards.result import ScoreResult
 
@@ -36,25 +37,29 @@ class SandboxFailure(RuntimeError):
 
 
 @dataclass(frozen=True)
-class CodeRewardConfig:
+class CodeRewardConfig(Config):
     """How code responses are judged."""
 
-    reward_mode: Literal["pass_fail", "fraction"] = "pass_fail"
-    """pass_fail: 1 for AC else 0; fraction: passed tests / all tests (runs every test)"""
-    backend: object = "auto"
-    """sandbox backend for `sandbox.judge`: a name (auto | docker | bwrap | remote) or a `sandbox.Backend`"""
-    url: str | tuple[str, ...] | None = None
-    """with backend=remote: the sandbox service(s), e.g. http://127.0.0.1:8080 or a list (spread, with fail-over)"""
-    protocol: Literal["xrpo", "sandboxfusion"] = "xrpo"
-    """with backend=remote: our /judge API, or SandboxFusion's /run_code"""
-    default_language: str = "python"
-    """language assumed for a fence with no tag (our prompts ask for ```python)"""
-    se_retries: int = 2
-    """extra attempts after a sandbox error before raising (our choice)"""
-    retry_backoff_s: float = 0.5
-    """sleep before retry k is retry_backoff_s * 2**k seconds"""
+    reward_mode: Literal["pass_fail", "fraction"] = option(
+        "pass_fail", "pass_fail: 1 for AC, else 0; fraction: tests passed / tests (runs every test). [I]"
+    )
+    backend: object = option(
+        "auto",
+        "Sandbox for `sandbox.judge`: auto, docker, bwrap or remote (a remote judge), or a `sandbox.Backend`. [I]",
+    )
+    url: str | tuple[str, ...] | None = option(
+        None,
+        "backend=remote: the sandbox server(s), e.g. http://127.0.0.1:8080, or a list (spread, with fail-over). [I]",
+    )
+    protocol: Literal["xrpo", "sandboxfusion"] = option(
+        "xrpo", "backend=remote: our /judge API, or SandboxFusion's /run_code. [I]"
+    )
+    default_language: str = option("python", "Language of a fence with no tag (our prompts ask for ```python). [I]")
+    se_retries: int = option(2, "Extra attempts after a sandbox error before the run stops (never scored 0). [I]")
+    retry_backoff_s: float = option(0.5, "Sleep before retry k: retry_backoff_s * 2**k seconds. [I]")
 
     def __post_init__(self):
+        self._check_fields()
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode {self.reward_mode!r} is not one of {list(REWARD_MODES)}")
         if self.default_language not in SUPPORTED_LANGUAGES:

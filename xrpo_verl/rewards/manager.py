@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from functools import partial
 
 from omegaconf import OmegaConf
@@ -32,43 +32,52 @@ from verl.experimental.reward_loop.reward_manager import register
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from verl.utils.reward_score import default_compute_score
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.rewards.code import CodeRewardConfig
 from xrpo_verl.rewards.math import MathRewardConfig
 from xrpo_verl.rewards.result import RESULT_KEYS, ScoreResult
-from xrpo_verl.rewards.routing import RoutingConfig
+from xrpo_verl.rewards.routing import DEFAULT_CODE_SOURCES, DEFAULT_MATH_SOURCES, RoutingConfig
 from xrpo_verl.rewards.routing import compute_score as routed_compute_score
 
 
 @dataclass(frozen=True)
-class OverlongConfig:
+class OverlongConfig(Config):
     """DAPO soft overlong punishment (arXiv 2503.14476, §3.4); same keys as verl's `dapo` manager."""
 
-    enable: bool = False
-    """add R_len to the task reward"""
-    len: int = 0
-    """L_cache: buffer length in tokens before L_max where the penalty ramps from 0 to -penalty_factor"""
-    penalty_factor: float = 1.0
-    """penalty at |y| = L_max (DAPO recipe: 1.0)"""
-    log: bool = True
-    """report overlong_reward and overlong in reward_extra_info"""
+    enable: bool = option(
+        False, "Add R_len to the task reward (off, as in the DAPO baseline of docs/algorithms.md). [P]"
+    )
+    len: int = option(0, "L_cache: tokens before L_max over which the penalty ramps from 0 to -penalty_factor. [P]")
+    penalty_factor: float = option(1.0, "Penalty at |y| = L_max (DAPO recipe: 1.0). [P]")
+    log: bool = option(True, "Report overlong_reward and overlong in reward_extra_info. [I]")
+
+    def __post_init__(self):
+        self._check_fields()
 
 
 @dataclass(frozen=True)
-class XrpoRewardConfig:
-    """`reward.reward_kwargs` of the xrpo manager."""
+class XrpoRewardConfig(Config):
+    """`reward.reward_kwargs` of the xrpo manager (`reward.reward_manager.name=xrpo`), key for key."""
 
-    max_concurrency: int = 32
-    """most scorer calls running at once in one reward worker (our choice)"""
-    routing: RoutingConfig = field(default_factory=RoutingConfig)
-    """data_source routing and per-scorer settings"""
-    overlong: OverlongConfig = field(default_factory=OverlongConfig)
-    """DAPO overlong penalty (off by default, as in the DAPO baseline of algorithms.md)"""
-    max_resp_len: int | None = None
-    """L_max in tokens; required when the overlong penalty is on"""
+    max_concurrency: int = option(32, "Most scorer calls running at once in one reward worker. [I]")
+    math: MathRewardConfig = option(help="The math scorer.", factory=MathRewardConfig)
+    code: CodeRewardConfig = option(help="The code scorer.", factory=CodeRewardConfig)
+    math_sources: tuple[str, ...] = option(
+        DEFAULT_MATH_SOURCES, "data_source prefixes scored by the math scorer (case-insensitive). [I]"
+    )
+    code_sources: tuple[str, ...] = option(
+        DEFAULT_CODE_SOURCES, "data_source prefixes scored by the code scorer (case-insensitive). [I]"
+    )
+    overlong_buffer_cfg: OverlongConfig = option(
+        help="DAPO's soft overlong penalty (verl's key).", factory=OverlongConfig
+    )
+    max_resp_len: int | None = option(None, "L_max in tokens; required when the overlong penalty is on. [P]")
 
     def __post_init__(self):
+        self._check_fields()
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        self.routing  # noqa: B018 - a prefix claimed by both scorers is an error now, not at the first sample
         if self.overlong.enable:
             if self.overlong.len <= 0:
                 raise ValueError(f"overlong_buffer_cfg.len must be > 0 when enabled, got {self.overlong.len}")
@@ -78,27 +87,21 @@ class XrpoRewardConfig:
                     f">= overlong_buffer_cfg.len ({self.overlong.len})"
                 )
 
+    @property
+    def routing(self) -> RoutingConfig:
+        return RoutingConfig(self.math_sources, self.code_sources, self.math, self.code)
 
-def _dataclass_from(cls, values: dict, where: str):
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown keys {unknown} in {where}; allowed: {sorted(known)}")
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    @property
+    def overlong(self) -> OverlongConfig:
+        return self.overlong_buffer_cfg
 
 
 def parse_reward_kwargs(reward_kwargs: dict | None) -> XrpoRewardConfig:
-    """Build the typed config from the plain dict in `reward.reward_kwargs`."""
-    kw = dict(reward_kwargs or {})
-    allowed = {"max_concurrency", "math", "code", "math_sources", "code_sources", "overlong_buffer_cfg", "max_resp_len"}
-    unknown = sorted(set(kw) - allowed)
-    if unknown:
-        raise ValueError(f"unknown keys {unknown} in reward.reward_kwargs; allowed: {sorted(allowed)}")
-    routing = {k: tuple(kw.pop(k)) for k in ("math_sources", "code_sources") if k in kw}
-    routing["math"] = _dataclass_from(MathRewardConfig, dict(kw.pop("math", None) or {}), "reward_kwargs.math")
-    routing["code"] = _dataclass_from(CodeRewardConfig, dict(kw.pop("code", None) or {}), "reward_kwargs.code")
-    overlong = _dataclass_from(OverlongConfig, dict(kw.pop("overlong_buffer_cfg", None) or {}), "overlong_buffer_cfg")
-    return XrpoRewardConfig(routing=RoutingConfig(**routing), overlong=overlong, **kw)
+    """The typed config from the plain dict in `reward.reward_kwargs`; unknown keys raise, nested ones too."""
+    try:
+        return XrpoRewardConfig.from_dict(dict(reward_kwargs or {}))
+    except ValueError as e:
+        raise ValueError(f"reward.reward_kwargs: {e}") from None
 
 
 def overlong_reward(length: int, max_resp_len: int, buffer_len: int, penalty_factor: float) -> float:

@@ -15,8 +15,9 @@ catch one, so a single odd sample would end a training run. A malformed ground t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.rewards._verify_pool import WorkerDied, WorkerTimeout, get_pool
 from xrpo_verl.rewards.extract import ANSWER_FORMATS, extract_answer
 from xrpo_verl.rewards.result import ScoreResult
@@ -25,17 +26,23 @@ VERDICTS = ("correct", "wrong", "no_answer", "unparsable", "timeout", "verify_er
 
 
 @dataclass(frozen=True)
-class MathRewardConfig:
+class MathRewardConfig(Config):
     """How math responses are read and verified."""
 
-    answer_formats: tuple[str, ...] = ("boxed",)
-    """answer formats tried in order: boxed | answer_tag | hash | answer_line (default: \\boxed{}, as in our prompts)"""
-    timeout_s: float = 10.0
-    """wall-clock limit for one parse+verify of a response, seconds (ours; math-verify's default is 5 s a step)"""
-    num_workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
-    """math-verify worker processes per scoring process (default: min(4, CPUs))"""
+    answer_formats: tuple[str, ...] = option(
+        ("boxed",),
+        "Answer formats tried in order: boxed, answer_tag, hash, answer_line (our prompts ask for \\boxed{}). [I]",
+    )
+    timeout_s: float = option(
+        10.0, "Wall-clock limit of one parse + verify of a response, seconds (math-verify's own is 5 s a step). [I]"
+    )
+    num_workers: int = option(
+        help="math-verify worker processes per scoring process; default min(4, CPUs). [I]",
+        factory=lambda: max(1, min(4, os.cpu_count() or 1)),
+    )
 
     def __post_init__(self):
+        self._check_fields()
         if not self.answer_formats:
             raise ValueError(f"answer_formats is empty; choose from {list(ANSWER_FORMATS)}")
         bad = [f for f in self.answer_formats if f not in ANSWER_FORMATS]

@@ -6,8 +6,9 @@ Also usable on its own as verl's custom reward function:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from xrpo_verl.config import Config, option
 from xrpo_verl.rewards import code as code_reward
 from xrpo_verl.rewards import math as math_reward
 
@@ -18,19 +19,24 @@ DEFAULT_CODE_SOURCES = ("code", "livecodebench", "codeforces", "open-r1/codeforc
 
 
 @dataclass(frozen=True)
-class RoutingConfig:
+class RoutingConfig(Config):
     """Which scorer handles which data_source, and their settings."""
 
-    math_sources: tuple[str, ...] = DEFAULT_MATH_SOURCES
-    """data_source prefixes scored by the math scorer"""
-    code_sources: tuple[str, ...] = DEFAULT_CODE_SOURCES
-    """data_source prefixes scored by the code scorer"""
-    math: math_reward.MathRewardConfig = field(default_factory=math_reward.MathRewardConfig)
-    """math scorer settings"""
-    code: code_reward.CodeRewardConfig = field(default_factory=code_reward.CodeRewardConfig)
-    """code scorer settings"""
+    math_sources: tuple[str, ...] = option(
+        DEFAULT_MATH_SOURCES, "data_source prefixes scored by the math scorer (case-insensitive). [I]"
+    )
+    code_sources: tuple[str, ...] = option(
+        DEFAULT_CODE_SOURCES, "data_source prefixes scored by the code scorer (case-insensitive). [I]"
+    )
+    math: math_reward.MathRewardConfig = option(
+        help="The math scorer (reward_kwargs.math).", factory=math_reward.MathRewardConfig
+    )
+    code: code_reward.CodeRewardConfig = option(
+        help="The code scorer (reward_kwargs.code).", factory=code_reward.CodeRewardConfig
+    )
 
     def __post_init__(self):
+        self._check_fields()
         overlap = {m for m in self.math_sources for c in self.code_sources if m.startswith(c) or c.startswith(m)}
         if overlap:
             raise ValueError(f"data_source prefixes {sorted(overlap)} would match both math and code")

@@ -1,0 +1,39 @@
+"""`python -m xrpo_verl.config_reference > docs/config.md`: every typed setting of ours, one page.
+
+The algorithm settings (`algorithm.xrpo.*`, `algorithm.extra.*`, `xrpo_verl/config.py`), the
+reward manager's (`reward.reward_kwargs.*`, `xrpo_verl/rewards/`), and the CPU runs' (the demo,
+the tests and the benchmarks, `xrpo_verl/local/`), all written in `config.py`'s style: a type, a
+default and one help line per field, from which this page is generated.
+"""
+
+import sys
+
+from xrpo_verl import config as C
+from xrpo_verl.local.code_rl import CodeSetting
+from xrpo_verl.local.launch import CpuRun
+from xrpo_verl.local.learning import LearningSetting
+from xrpo_verl.rewards.code import CodeRewardConfig
+from xrpo_verl.rewards.manager import OverlongConfig, XrpoRewardConfig
+from xrpo_verl.rewards.math import MathRewardConfig
+
+SECTIONS = [
+    (
+        "Algorithms: `algorithm.xrpo.*`, `algorithm.extra.*`",
+        "Set in verl's Hydra config (`xrpo_verl/hydra_config/xrpo_trainer.yaml` holds the defaults).",
+        C.ALL_CONFIGS,
+    ),
+    (
+        "Rewards: `reward.reward_kwargs.*`",
+        "With `reward.reward_manager.name=xrpo`; `math.*`, `code.*` and `overlong_buffer_cfg.*` are nested keys.",
+        (XrpoRewardConfig, MathRewardConfig, CodeRewardConfig, OverlongConfig),
+    ),
+    (
+        "CPU runs: `xrpo_verl/local/`",
+        "The sizes of the demo's, the tests' and the benchmarks' runs of verl's trainer on CPU.",
+        (CpuRun, LearningSetting, CodeSetting),
+    ),
+]
+ALL_SETTINGS = tuple(cls for _, _, classes in SECTIONS for cls in classes)
+
+if __name__ == "__main__":
+    sys.stdout.write(C.markdown_docs(SECTIONS))
