@@ -8,8 +8,12 @@ RUNENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
           HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 RAY_AUTH_MODE=disabled \
           RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 PYTEST_ARGS ?=
+# Two workers on the 2-core CI machine: a trainer launch idles for long stretches (Ray start-up,
+# a round draining) and the sandbox tests wait on containers. loadfile keeps a module on one worker,
+# so a module's shared trainer run happens once.
+TEST_WORKERS ?= 2
 
-.PHONY: setup demo test lint format bench clean check-gpu-extra vllm-env vllm-lock test-vllm
+.PHONY: setup demo test test-fast lint format bench clean check-gpu-extra vllm-env vllm-lock test-vllm
 
 setup: $(STAMP)
 
@@ -30,7 +34,11 @@ demo: setup
 	$(RUNENV) $(PY) -m xrpo_verl.local.demo --task $(TASK) --sandbox $(SANDBOX)
 
 test: setup
-	$(RUNENV) $(PY) -m pytest tests $(PYTEST_ARGS)
+	$(RUNENV) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+
+# The suite less its slow tests (trainer launches, model builds, fresh interpreters, Docker).
+test-fast: setup
+	$(RUNENV) $(PY) -m pytest tests -m "not slow and not docker" -n $(TEST_WORKERS) --dist loadfile --durations=10 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

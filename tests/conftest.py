@@ -20,3 +20,10 @@ try:
     torch.set_num_threads(1)
 except ImportError:  # the sandbox tests need no torch
     pass
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules with slow tests first, in their own order: with `-n 2 --dist loadfile` (make test)
+    the long trainer runs start at once and the short modules fill the gaps around them."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
