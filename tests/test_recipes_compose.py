@@ -89,6 +89,10 @@ def test_recipe_composes_and_passes_start_up_checks(recipe, model):
     assert bool(cfg.algorithm.filter_groups.enable) == filtering
     assert cfg.actor_rollout_ref.model.path == resolved["env"]["MODEL_PATH"]
     assert "${" not in " ".join(resolved["overrides"]).replace("${oc.", "")  # every placeholder filled
+    # no row widens another (issue 23): packed rows in token-budget micro-batches, every pass
+    arr = cfg.actor_rollout_ref
+    assert arr.model.use_remove_padding and arr.actor.use_dynamic_bsz
+    assert arr.rollout.log_prob_use_dynamic_bsz and arr.ref.log_prob_use_dynamic_bsz
 
 
 @pytest.mark.parametrize("family", ["math", "code"])

@@ -9,6 +9,7 @@ vLLM rollout on vLLM's CPU build (`.venv-vllm`). Used by the tests, the demo, th
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -52,6 +53,11 @@ class CpuRun(Config):
         "Actor learning rate (the learning setting's: 1e-4 made the arith model forget, not learn addition). [I]",
     )
     save_freq: int = option(-1, "trainer.save_freq (-1: never). [I]")
+    micro_batch_size: int = option(
+        16,
+        "Rows per padded micro-batch of the actor's passes (cut to divide a step's rows); the xrpo trainer "
+        "sorts each mini-batch by length, so an ICL or guided row pads only its own micro-batch. [I]",
+    )
     reward: tuple[str, ...] = option(
         ARITH_REWARD,
         "The task's reward, as Hydra overrides (default: the arithmetic scorer of the arith and addition tasks). [I]",
@@ -59,9 +65,10 @@ class CpuRun(Config):
 
     def __post_init__(self):
         self._check_fields()
-        if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1:
+        if self.steps < 1 or self.prompts_per_step < 1 or self.n < 1 or self.micro_batch_size < 1:
             raise ValueError(
-                f"steps, prompts_per_step and n must be >= 1; got {self.steps}, {self.prompts_per_step}, {self.n}"
+                "steps, prompts_per_step, n and micro_batch_size must be >= 1; got "
+                f"{self.steps}, {self.prompts_per_step}, {self.n}, {self.micro_batch_size}"
             )
 
     @classmethod
@@ -129,6 +136,8 @@ LEAN_RAY_ENV = {
 def cpu_overrides(run: CpuRun) -> list[str]:
     """Hydra overrides for verl on CPU, each with its reason."""
     mini = run.prompts_per_step
+    # verl cuts a mini-batch into equal micro-batches: the size must divide its rows
+    micro = math.gcd(run.micro_batch_size, mini * run.n)
     return [
         f"data.train_files={run.train_file}",
         f"data.val_files={run.val_file}",
@@ -154,10 +163,12 @@ def cpu_overrides(run: CpuRun) -> list[str]:
         "++actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         f"actor_rollout_ref.actor.optim.lr={run.lr}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={mini * run.n}",
+        # one micro-batch per step padded every row to the step's longest (an ICL prompt); smaller
+        # ones, length-sorted by the xrpo trainer, keep the gradient (test_micro_batches.py)
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.actor.use_kl_loss=False",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={mini * run.n}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={mini * run.n}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.rollout.name=hf",
         f"actor_rollout_ref.rollout.n={run.n}",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",

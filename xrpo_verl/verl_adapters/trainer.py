@@ -9,7 +9,9 @@ in the order this file reads:
    follow (`xrpo_verl.planner.plan_round`): each hands out its share of the budget by Π_q over the
    rewards so far, as one batched submission under the same uids (new session ids); all-fail
    prompts get theirs from an ICL prompt of verified successes (agent loop `xrpo_icl`).
-2. verl's own pipeline: replay buffer, old log-probs with token entropies, ...
+2. verl's own pipeline: replay buffer, `_balance_batch` (ours also sorts each mini-batch's rows by
+   length, `micro_batches.py`, so that an ICL or guided row pads only rows as long as itself),
+   old log-probs with token entropies, ...
 3. `_compute_advantage`: our registered estimator with the inputs only this trainer has
    (sequence likelihoods, novelty, the variance gate), then the memories: successes into the ICL
    corpus, responses into the novelty memory (inside `novelty_scores`), prefixes of hard prompts
@@ -48,6 +50,7 @@ from xrpo_verl.verl_adapters.agent_loops import ICL_AGENT, PREFIX_AGENT, select_
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.config import TRAINER_MODE, validate_trainer_config
 from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
+from xrpo_verl.verl_adapters.micro_batches import padding_share, sorted_within_blocks
 from xrpo_verl.verl_adapters.prefixes import PrefixQueueResult, newline_token_ids, queue_prefixes
 from xrpo_verl.verl_adapters.state import PluginState
 from xrpo_verl.verl_adapters.verl_internals import check_verl
@@ -207,6 +210,29 @@ class XrpoTrainer(PPOTrainerSync):
         # Keep at least one dataloader prompt per step, so the planner always has a base group.
         take = min(s.extra.prefix.per_step, len(queue), batch_size - 1)
         return queue.pop_many(take) if take > 0 else []
+
+    # ------------------------------------------------------------------ 2. rows into micro-batches
+    def _balance_batch(self, batch, metrics, logging_prefix="global_seqlen", keep_minibatch=False):
+        """verl's balance across data-parallel ranks, then each mini-batch's rows in length order.
+
+        Only where verl pads: with remove_padding or dynamic batch sizes nothing is padded to a
+        neighbour, and a shuffling actor dataloader would undo the order.
+        """
+        batch = super()._balance_batch(batch, metrics, logging_prefix, keep_minibatch)
+        arr = self.config.actor_rollout_ref
+        micro = arr.actor.get("ppo_micro_batch_size_per_gpu")
+        lengths = [int(tag["seq_len"]) for tag in batch.tags]
+        padded = not arr.model.get("use_remove_padding", False) and not arr.actor.get("use_dynamic_bsz", False)
+        if padded and micro and not arr.actor.get("shuffle", False):
+            dp = max(self.actor_rollout_wg._dispatch_info["actor"]) + 1  # filled by verl's call above
+            mini_rows = arr.actor.ppo_mini_batch_size * arr.rollout.n // dp
+            metrics["xrpo/batch/padding_share_unsorted"] = padding_share(lengths, micro)
+            if mini_rows > micro and len(lengths) % mini_rows == 0:
+                order = sorted_within_blocks(lengths, mini_rows)
+                batch.reorder(order)
+                lengths = [lengths[i] for i in order]
+            metrics["xrpo/batch/padding_share"] = padding_share(lengths, micro)
+        return batch
 
     # ------------------------------------------------------------------ 3. advantages and memories
     def _compute_advantage(self, batch, metrics: dict):

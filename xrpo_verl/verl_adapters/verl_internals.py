@@ -32,9 +32,13 @@ PRIVATE_NAMES: dict[str, dict[str, str]] = {
         "_next_train_batch": "verl_adapters/trainer.py: the step's dataloader prompts",
         "_submit_batch_to_rollout": "verl_adapters/trainer.py: every round's submission",
         "_compute_advantage": "verl_adapters/trainer.py: our estimators and memories",
+        "_balance_batch": "verl_adapters/trainer.py: each mini-batch's rows sorted by length",
         "_compute_metrics": "verl_adapters/trainer.py: plugin and sandbox metrics",
         "_save_checkpoint": "verl_adapters/trainer.py: plugin state saved with the checkpoint",
         "_load_checkpoint": "verl_adapters/trainer.py: plugin state restored on resume",
+    },
+    "verl.single_controller.base.worker_group:WorkerGroup": {
+        "_dispatch_info": "verl_adapters/trainer.py: the actor's data-parallel size, read after verl fills it",
     },
     "verl.workers.rollout.base": {
         "_ROLLOUT_REGISTRY": "verl_adapters/verl_internals.py: rollout_registry(), for local/register.py",
@@ -72,7 +76,7 @@ def missing_names() -> list[str]:
 
 
 # set on instances (not the class) by verl itself; their use is checked by the end-to-end tests
-_INSTANCE_ATTRIBUTES = frozenset({"_server_handle"})
+_INSTANCE_ATTRIBUTES = frozenset({"_server_handle", "_dispatch_info"})
 
 
 def check_verl() -> None:
