@@ -221,9 +221,9 @@ class XrpoTrainer(PPOTrainerSync):
         batch = super()._balance_batch(batch, metrics, logging_prefix, keep_minibatch)
         arr = self.config.actor_rollout_ref
         micro = arr.actor.get("ppo_micro_batch_size_per_gpu")
-        lengths = [int(tag["seq_len"]) for tag in batch.tags]
         padded = not arr.model.get("use_remove_padding", False) and not arr.actor.get("use_dynamic_bsz", False)
         if padded and micro and not arr.actor.get("shuffle", False):
+            lengths = [int(tag["seq_len"]) for tag in batch.tags]
             dp = max(self.actor_rollout_wg._dispatch_info["actor"]) + 1  # filled by verl's call above
             mini_rows = arr.actor.ppo_mini_batch_size * arr.rollout.n // dp
             metrics["xrpo/batch/padding_share_unsorted"] = padding_share(lengths, micro)
