@@ -15,10 +15,12 @@ import pytest
 from xrpo_verl.config import PlannerConfig
 from xrpo_verl.eval.planner_sim import (
     STRATEGIES,
+    EngineConfig,
     PoolConfig,
     SimConfig,
     compare,
     lambda_sweep,
+    simulate,
     uniform_step,
     xrpo_step,
 )
@@ -39,6 +41,7 @@ def test_bench_planner_sim_quality(benchmark):
             "share_ratio_vs_uniform",
             "rmse_ratio_vs_uniform",
             "cost_ratio_vs_uniform",
+            "gen_time_ratio_vs_uniform",
         ):
             vals = np.array([r[strategy][key] for r in runs])
             benchmark.extra_info[f"{strategy}.{key}"] = f"{vals.mean():.4f} +- {vals.std():.4f}"
@@ -56,6 +59,47 @@ def test_bench_planner_lambda_sweep(benchmark):
         for key in ("share_ratio_vs_uniform", "rmse_ratio_vs_uniform"):
             vals = np.array([r[lam][key] for r in runs])
             benchmark.extra_info[f"lam={lam}.{key}"] = f"{vals.mean():.4f} +- {vals.std():.4f}"
+    for k, v in benchmark.extra_info.items():
+        print(f"{k:40s} {v}")
+
+
+SCHEDULES = {  # name: (strategy, rounds)
+    "phased R=2": ("xrpo", 2),
+    "phased R=1": ("xrpo", 1),
+    "streaming R=2": ("xrpo_streaming", 2),
+    "streaming R=1": ("xrpo_streaming", 1),
+}
+
+
+@pytest.mark.parametrize("concurrency", [256, 1024, 8192])
+def test_bench_planner_schedules(benchmark, concurrency):
+    """Phased against streaming rounds on an engine of C slots: quality and generation time against
+    uniform on the same pool, batches and lengths (seeds 0-4); C = 8192 holds the whole step."""
+
+    def run():
+        out = []
+        for seed in SEEDS:
+            sim = replace(SIM, seed=seed, engine=EngineConfig(concurrency=concurrency))
+            uni = simulate("uniform", sim, POOL)
+            row = {}
+            for name, (strategy, rounds) in SCHEDULES.items():
+                r = simulate(strategy, replace(sim, planner=replace(sim.planner, rounds=rounds)), POOL)
+                row[name] = {
+                    "share": r["informative_share"] / uni["informative_share"],
+                    "rmse": r["pass_rate_rmse"] / uni["pass_rate_rmse"],
+                    "gen_time": r["gen_time_per_step"] / uni["gen_time_per_step"],
+                }
+            for name in SCHEDULES:  # the share of phased R = 2's gain over uniform kept
+                for key in ("share", "rmse"):
+                    row[name][f"{key}_kept"] = (row[name][key] - 1) / (row["phased R=2"][key] - 1)
+            out.append(row)
+        return out
+
+    runs = benchmark.pedantic(run, rounds=1, iterations=1)
+    for name in SCHEDULES:
+        for key in ("share", "rmse", "gen_time", "share_kept", "rmse_kept"):
+            vals = np.array([r[name][key] for r in runs])
+            benchmark.extra_info[f"C={concurrency} {name} {key}"] = f"{vals.mean():.4f} +- {vals.std():.4f}"
     for k, v in benchmark.extra_info.items():
         print(f"{k:40s} {v}")
 

@@ -195,3 +195,65 @@ def test_uniform_allocation_splits_each_round_evenly_whatever_the_priority():
     groups = [[0, 0], [0, 1], [1, 1], [0, 1]]
     assert P.plan_round(groups, 8, _cfg(n_max=8, allocation="uniform")).extra == [2, 2, 2, 2]
     assert P.plan_round(groups, 8, _cfg(n_max=8)).extra != [2, 2, 2, 2]  # priority puts more on mixed groups
+
+
+# ---------------------------------------------------------------- streaming allocation
+
+
+def test_in_flight_priority_equals_the_phased_one_when_every_rollout_is_back():
+    groups = [[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 1.0]]
+    cfg = _cfg(alpha=0.05, lam=0.03)
+    d = P.in_flight_priority(groups, [4, 4, 4], step=12, cfg=cfg)
+    phased = P.plan_round(groups, 0, cfg).diagnostics
+    np.testing.assert_allclose(d.priority, phased.priority, rtol=1e-12)
+
+
+def test_in_flight_priority_counts_issued_rollouts_not_known_ones():
+    """Two rewards known of six issued: s from the two, n_q = 6 in Delta and phi (docstring)."""
+    d = P.in_flight_priority([[1.0, 0.0]], [6], step=10, cfg=_cfg(alpha=0.05, lam=0.1))
+    s = float(np.std([1.0, 0.0], ddof=1))
+    assert d.priority[0] == pytest.approx(_h(s, 6, 0.05) - _h(s, 7, 0.05) + 0.1 * math.sqrt(math.log(11) / 6))
+    with pytest.raises(ValueError, match="more known rewards than issued"):
+        P.in_flight_priority([[1.0, 0.0, 1.0]], [2], step=3, cfg=_cfg())
+
+
+def test_streaming_share_by_hand():
+    # decided Pi 0.2 and 0.4, q's 0.3: mean 0.3, so q counts as one of 1 + 2 equal shares of 9
+    assert P.streaming_share(0.3, 9, [0.2, 0.4], undecided=2, headroom=8) == 3
+    assert P.streaming_share(0.3, 9, [0.2, 0.4], undecided=2, headroom=2) == 2  # capped at n_max - k_q
+    assert P.streaming_share(0.1, 7, [0.4], undecided=0, headroom=8) == 7  # the last takes what is left
+    assert P.streaming_share(0.0, 6, [0.0, 0.0], undecided=2, headroom=8) == 2  # all zero: even split
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        P.streaming_share(float("nan"), 4, [], undecided=1, headroom=4)
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12),
+    st.integers(1, 3),
+    st.integers(0, 2**31 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_streaming_rounds_spend_the_budget_within_n_max_in_any_order(pass_rates, rounds, seed):
+    """Whatever order prompts come back in, the step issues min(B * n_avg, B * n_max) rollouts,
+    no prompt more than n_max, and `back` is only ever asked about a prompt with none in flight."""
+    cfg = PlannerConfig(n_base=2, n_avg=4, rounds=rounds, n_max=6)
+    rng = np.random.default_rng(seed)
+    plan = P.StreamingRounds(len(pass_rates), cfg)
+    known = [list((rng.random(2) < p).astype(float)) for p in pass_rates]
+    ready = list(range(len(pass_rates)))  # prompts whose issued rollouts are all back
+    waiting: dict[int, int] = {}
+    while ready or waiting:
+        if not ready:  # the in-flight prompt that finishes next
+            q = int(rng.choice(sorted(waiting)))
+            known[q] += list((rng.random(waiting.pop(q)) < pass_rates[q]).astype(float))
+            ready.append(q)
+        q = ready.pop(int(rng.integers(len(ready))))
+        for p, k in plan.back(q, known[q]).items():
+            assert p not in waiting  # one submission in flight per prompt (one uid, one status)
+            if p in ready:
+                ready.remove(p)
+            waiting[p] = k
+    assert plan.done
+    assert int(plan.issued.sum()) == len(pass_rates) * cfg.n_avg
+    assert plan.issued.max() <= cfg.n_max
+    assert [len(k) for k in known] == plan.issued.tolist()

@@ -15,6 +15,19 @@ Groups of one (n_q = 1) have no variance estimate and the t-quantile needs df >=
 s_q := 0 for them: Delta_q = 0 and Pi_q = phi_q (our rule [I], like a zero-variance group).
 
 `plan_round` is one planner round as the trainer and the simulation run it.
+
+Streaming allocation (ours [I], for engines with continuous batching): the same Pi_q, evaluated
+while rollouts are still generating, so no round waits for the slowest rollout of the last one.
+With k_q rollouts of q issued and its rewards r_q known so far (|r_q| <= k_q):
+
+    s_q     = std(r_q), from the known rewards only
+    Delta_q = h_q(k_q) - h_q(k_q + k)                   the shrink once the issued ones are back
+    phi_q   = lambda * sqrt(ln(1+T) / k_q)              T = rollouts issued so far this step
+    Pi_q    = Delta_q + phi_q, for prompts whose n_base base rewards are all in (others wait)
+
+Each prompt runs the phased rounds on its own: when all of q's rollouts of round r are back, q
+gets its round-(r+1) rollouts at once, its share of N_{r+1} by `streaming_share`; the step's
+budget stays B * n_avg.
 """
 
 from __future__ import annotations
@@ -264,3 +277,143 @@ def plan_round(rewards: Sequence[Sequence[float]], budget: int, cfg: PlannerConf
     extra = allocate_by_priority(weight, budget, cfg.n_max - d.n)
     all_fail = [bool(np.max(g) <= 0) for g in groups]
     return RoundPlan(extra=extra, diagnostics=d, all_fail=all_fail, step_rollouts=step_rollouts)
+
+
+def in_flight_priority(
+    known: Sequence[Sequence[float]], issued: Sequence[int], *, step: int | float, cfg: PlannerConfig
+) -> PriorityDiagnostics:
+    """Pi_q while rollouts are in flight: s_q from the `known` rewards, n_q = `issued` (module docstring).
+
+    Args:
+        known: rewards back so far, one sequence per prompt, |known_q| >= 1 and <= issued_q.
+        issued: k_q (Q,), rollouts submitted for q this step, finished or not.
+        step: T, rollouts issued so far this step.
+        cfg: alpha, lam, bonus_form, shrink_steps, smoothed_std as in `plan_round`.
+    """
+    groups = _as_groups(known)
+    n = np.asarray(issued, dtype=np.int64).reshape(-1)
+    if n.size != len(groups):
+        raise ValueError(f"issued has {n.size} entries but known has {len(groups)} prompts")
+    short = np.flatnonzero(n < np.array([g.size for g in groups]))
+    if short.size:
+        raise ValueError(f"prompts {short.tolist()} have more known rewards than issued rollouts")
+    std = _group_std(groups, cfg.smoothed_std)
+    delta = np.zeros(len(groups))
+    multi = n >= 2
+    if np.any(multi):
+        delta[multi] = expected_ci_shrink(std[multi], n[multi], cfg.alpha, cfg.shrink_steps)
+    phi = exploration_bonus(step, n, cfg.lam, cfg.bonus_form)
+    mean = np.array([g.mean() for g in groups])
+    return PriorityDiagnostics(n=n, mean=mean, std=std, delta=delta, phi=phi, priority=delta + phi)
+
+
+def streaming_share(priority: float, budget_left: int, decided: Sequence[float], undecided: int, headroom: int) -> int:
+    """k_q for one prompt whose round is back, decided without waiting for the rest of the round.
+
+    Phased allocation gives q the share N_r * Pi_q / sum(Pi) of its round. Streaming decides q as
+    soon as its own rollouts are in, so sum(Pi) is not known yet: the prompts still to decide are
+    counted at the mean Pi of those decided so far, q included, and q takes its share of what is
+    left of the round's budget (ours [I]). The last prompt of a round takes what is left.
+
+    Args:
+        priority: Pi_q from `in_flight_priority`.
+        budget_left: rollouts of this round not yet handed out.
+        decided: Pi of the prompts already decided this round.
+        undecided: prompts other than q still to decide this round.
+        headroom: n_max - k_q.
+    Returns:
+        An int in [0, min(budget_left, headroom)].
+    """
+    if priority < 0 or not np.isfinite(priority):
+        raise ValueError(f"priority must be finite and >= 0, got {priority}")
+    if min(budget_left, undecided, headroom) < 0:
+        raise ValueError(
+            f"budget_left, undecided and headroom must be >= 0, got {budget_left}, {undecided}, {headroom}"
+        )
+    if budget_left == 0 or headroom == 0:
+        return 0
+    if undecided == 0:
+        return min(budget_left, headroom)
+    mean = (float(np.sum(decided)) + priority) / (len(decided) + 1)
+    share = 1.0 / (1 + undecided) if mean == 0 else priority / (priority + undecided * mean)
+    return min(int(np.floor(budget_left * share + 0.5)), budget_left, headroom)
+
+
+class StreamingRounds:
+    """One step of streaming allocation: each prompt runs the R rounds on its own (module docstring).
+
+    Call `back(q, rewards)` each time every rollout issued for q so far is back; it returns the
+    rollouts to issue now, {prompt: k}: q's next round, decided without waiting for the other
+    prompts. A round's budget is N_r of `round_budgets`; what the caps leave of a round passes to
+    the next, and when the last prompt decides round R what is left goes to every prompt with
+    headroom, by Pi over its rewards known then (`allocate_by_priority`), so the step issues
+    min(B * n_avg, headroom) rollouts as the phased planner does. A prompt never has two
+    submissions in flight (its group has one status in the engine's queue): what the last
+    allocation gives a prompt still generating is issued when that prompt comes back.
+    """
+
+    def __init__(self, num_prompts: int, cfg: PlannerConfig) -> None:
+        self.cfg = cfg
+        self.left = round_budgets(num_prompts, cfg.n_avg, cfg.n_base, cfg.rounds)  # [0]: the base phase, issued
+        self.left[0] = 0
+        self.issued = np.full(num_prompts, cfg.n_base, dtype=np.int64)  # k_q
+        self.round_of = np.zeros(num_prompts, dtype=np.int64)  # the last round decided for q
+        self.decided: list[list[float]] = [[] for _ in self.left]  # Pi of the prompts decided in round r
+        self.known: list[list[float]] = [[] for _ in range(num_prompts)]
+        self.per_round = [0] * len(self.left)  # rollouts handed out in round r (metrics)
+        self.deferred = np.zeros(num_prompts, dtype=np.int64)  # decided for a prompt still in flight
+
+    @property
+    def done(self) -> bool:
+        """Every prompt has decided every round and nothing waits: no more rollouts this step."""
+        return bool(np.all(self.round_of == self.cfg.rounds) and not self.deferred.any())
+
+    def in_flight(self, q: int) -> bool:
+        """Some rollout issued for q is not back yet."""
+        return len(self.known[q]) < self.issued[q]
+
+    def _priority(self, qs: np.ndarray) -> np.ndarray:
+        if self.cfg.allocation == "uniform":
+            return np.ones(qs.size)
+        d = in_flight_priority([self.known[q] for q in qs], self.issued[qs], step=int(self.issued.sum()), cfg=self.cfg)
+        return d.priority
+
+    def back(self, q: int, rewards: Sequence[float]) -> dict[int, int]:
+        """q's rewards, all k_q of them; returns {prompt: rollouts to issue now}."""
+        if len(rewards) != self.issued[q]:
+            raise ValueError(f"prompt {q}: {self.issued[q]} rollouts issued, {len(rewards)} rewards back")
+        self.known[q] = [float(x) for x in rewards]
+        out: dict[int, int] = {}
+
+        def issue(p: int, k: int) -> None:
+            if k and p != q and self.in_flight(p):
+                self.deferred[p] += k
+            elif k:
+                out[p] = out.get(p, 0) + k
+                self.issued[p] += k
+
+        if self.deferred[q]:
+            k, self.deferred[q] = int(self.deferred[q]), 0
+            issue(q, k)
+
+        while self.round_of[q] < self.cfg.rounds and not out:
+            r = self.round_of[q] = self.round_of[q] + 1
+            pi = float(self._priority(np.array([q]))[0])
+            undecided = int(np.sum(self.round_of < r))
+            k = streaming_share(pi, self.left[r], self.decided[r], undecided, self.cfg.n_max - int(self.issued[q]))
+            self.decided[r].append(pi)
+            self.left[r] -= k
+            issue(q, k)
+            if undecided == 0:  # q closes round r
+                if r < self.cfg.rounds:
+                    self.left[r + 1] += self.left[r]
+                elif self.left[r]:
+                    qs = np.arange(self.issued.size)
+                    room = np.maximum(self.cfg.n_max - self.issued - self.deferred, 0)
+                    extra = allocate_by_priority(self._priority(qs), self.left[r], room)
+                    for p, e in enumerate(extra):
+                        issue(p, e)
+                    self.per_round[r] += sum(extra)
+                self.left[r] = 0
+            self.per_round[r] += k
+        return out

@@ -81,3 +81,28 @@ def test_reward_infos_read_from_transfer_queue_rows(monkeypatch):
     monkeypatch.setattr(T, "tq", SimpleNamespace(kv_batch_get=kv_batch_get))
     batch = SimpleNamespace(keys=["a", "b", "c"], partition_id="train", tags=[{}, {}, {"is_padding": True}])
     assert T.reward_infos(batch) == infos[:2]  # the padding row is left out
+
+
+def test_in_flight_counts_rollouts_submitted_and_not_back(monkeypatch):
+    ledger = T.RolloutLedger()
+    ledger.reserve("a", 4)
+    ledger.reserve("b", 2)
+    in_flight = T.InFlight(ledger)
+    monkeypatch.setattr(T, "tq", FakeQueue({"a": "running", "b": "running"}, {"a_0_0": 1.0}))
+    in_flight.sample(T.listing({"a", "b"}))  # 6 submitted, 1 back
+    monkeypatch.setattr(T, "tq", FakeQueue({"a": "finished", "b": "running"}, {f"a_{i}_0": 1.0 for i in range(4)}))
+    in_flight.sample(T.listing({"a", "b"}))  # a's 4 back: b's 2 in flight
+    assert in_flight.samples == [5, 2]
+    assert in_flight.metrics() == {
+        "xrpo/gen/in_flight_mean": 3.5,
+        "xrpo/gen/in_flight_peak": 5.0,
+        "xrpo/gen/occupancy": 0.7,
+    }
+
+
+def test_terminal_returns_finished_groups_and_raises_on_a_failed_one(monkeypatch):
+    monkeypatch.setattr(T, "tq", FakeQueue({"a": "finished", "b": "running"}, {}))
+    assert T.terminal({"a", "b"}, T.listing({"a", "b"})) == {"a"}
+    monkeypatch.setattr(T, "tq", FakeQueue({"a": "finished", "b": "failure"}, {}))
+    with pytest.raises(T.LostRollouts, match="1 prompt groups"):
+        T.terminal({"a", "b"}, T.listing({"a", "b"}))

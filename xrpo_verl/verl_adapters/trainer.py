@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,14 @@ from xrpo_verl.verl_adapters.micro_batches import padding_share, sorted_within_b
 from xrpo_verl.verl_adapters.prefixes import PrefixQueueResult, newline_token_ids, queue_prefixes
 from xrpo_verl.verl_adapters.state import PluginState
 from xrpo_verl.verl_adapters.verl_internals import check_verl
+
+
+@dataclass
+class _IclLog:
+    """ICL seeding in one step: each prompt's ICL sessions and every retrieval decision."""
+
+    sessions: dict[str, list[range]] = field(default_factory=dict)
+    decisions: list[icl_lib.ICLDecision] = field(default_factory=list)
 
 
 @register_trainer(TRAINER_MODE)
@@ -115,66 +124,137 @@ class XrpoTrainer(PPOTrainerSync):
         self._step_rows = {r["uid"]: r for r in base}  # the source rows of guided prompts queued this step
         self._plugin_s += time.perf_counter() - tic
         ledger = T.RolloutLedger()
+        in_flight = T.InFlight(ledger)
         with marked_timer("xrpo_round_0", self.timing_raw):
             self._submit(submit, scalars, ledger)
-            T.wait_terminal({r["uid"] for r in submit})
+            if not (s.use_planner and s.xrpo.planner.schedule == "streaming"):
+                T.wait_terminal({r["uid"] for r in submit}, on_poll=in_flight.sample)
         metrics = {"xrpo/prompts/base": float(len(base)), "xrpo/guided/injected": float(len(guided))}
         self.xrpo_state.counters["guided_injected"] += len(guided)
         if not s.use_icl:
             metrics.update(M.icl_metrics([], 0, 0, 0))  # switched off: exactly zero
-        if s.use_planner and s.xrpo.planner.rounds > 0:
-            metrics.update(self._planner_rounds(base, scalars, ledger, default_agent))
+        if s.use_planner and s.xrpo.planner.schedule == "streaming":
+            guided_uids = {r["uid"] for r in submit[len(base) :]}
+            metrics.update(self._streaming_rounds(base, scalars, ledger, in_flight, default_agent, guided_uids))
+        elif s.use_planner and s.xrpo.planner.rounds > 0:
+            metrics.update(self._planner_rounds(base, scalars, ledger, in_flight, default_agent))
+        metrics.update(in_flight.metrics())
         return metrics
 
-    def _planner_rounds(self, base: list[dict], scalars: dict, ledger: T.RolloutLedger, default_agent: str) -> dict:
+    def _planner_rounds(
+        self, base: list[dict], scalars: dict, ledger: T.RolloutLedger, in_flight: T.InFlight, default_agent: str
+    ) -> dict:
         """XRPO's phased allocation (§2.2): R rounds share B·(n_avg − n_base) rollouts by Π_q."""
-        s, p = self.xrpo_settings, self.xrpo_settings.xrpo.planner
+        p = self.xrpo_settings.xrpo.planner
         uids = [r["uid"] for r in base]
-        icl_sessions: dict[str, list[range]] = {}
-        decisions: list[icl_lib.ICLDecision] = []
+        icl = _IclLog()
         metrics: dict[str, float] = {}
         for r, budget in enumerate(planner.round_budgets(len(base), p.n_avg, p.n_base, p.rounds)[1:], start=1):
             tic = time.perf_counter()
             outcomes = ledger.outcomes(uids)
             plan = planner.plan_round([[o.reward for o in outcomes[u]] for u in uids], budget, p)
-            submit = []
-            for row, u, k in zip(base, uids, plan.extra, strict=True):
-                if k == 0:
-                    continue
-                # ICL's trigger (XRPO §2.3) is no verified success so far, not a reward of 0: a
-                # partial-credit response does not solve the prompt
-                all_fail = not any(o.success for o in outcomes[u])
-                icl = self._icl_prompt(row) if s.use_icl and all_fail else None
-                if icl is not None:
-                    decisions.append(icl)
-                icl_text = icl.text if icl is not None else ""
-                offset = ledger.submitted[u]
-                if icl_text:
-                    icl_sessions.setdefault(u, []).append(range(offset, offset + k))
-                submit.append(
-                    R.with_plugin_columns(
-                        row,
-                        kind="icl" if icl_text else "round",
-                        rollout_n=k,
-                        agent_name=ICL_AGENT if icl_text else default_agent,
-                        icl_prompt=icl_text,
-                        key=row[R.COL_PROMPT_KEY],
-                    )
-                )
+            submit = [
+                self._round_row(row, k, outcomes[row["uid"]], ledger, icl, default_agent)
+                for row, k in zip(base, plan.extra, strict=True)
+                if k > 0
+            ]
             self._plugin_s += time.perf_counter() - tic
             metrics.update(M.round_metrics(r, plan))
             if submit:
                 with marked_timer(f"xrpo_round_{r}", self.timing_raw):
                     self._submit(submit, scalars, ledger)
-                    T.wait_terminal({row["uid"] for row in submit})
-        if s.use_icl:
-            final = ledger.outcomes(sorted(icl_sessions))
-            flips = sum(any(final[u][i].success for rg in icl_sessions[u] for i in rg) for u in icl_sessions)
-            self.xrpo_state.counters["icl_triggers"] += len(icl_sessions)
-            self.xrpo_state.counters["icl_flips"] += flips
-            metrics.update(M.icl_metrics(decisions, len(icl_sessions), flips, len(self.xrpo_state.corpus)))
+                    T.wait_terminal({row["uid"] for row in submit}, on_poll=in_flight.sample)
+        metrics.update(self._icl_outcome(icl, ledger))
         metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
         return metrics
+
+    def _streaming_rounds(
+        self,
+        base: list[dict],
+        scalars: dict,
+        ledger: T.RolloutLedger,
+        in_flight: T.InFlight,
+        default_agent: str,
+        guided_uids: set[str],
+    ) -> dict:
+        """The same rounds, each prompt on its own (`planner.StreamingRounds`): a prompt's next round is
+        decided and submitted as soon as its own rollouts are back, while the others still generate."""
+        p = self.xrpo_settings.xrpo.planner
+        uids = [r["uid"] for r in base]
+        plan = planner.StreamingRounds(len(base), p)
+        icl = _IclLog()
+        pending = set(uids) | guided_uids  # groups with rollouts in flight
+        round_of = dict.fromkeys(uids, 0)  # the round of each prompt's submission in flight
+        back_s = [0.0] * (p.rounds + 1)  # when the last rollout of round r came back
+        t0 = deadline = time.monotonic()
+        deadline += T.ROUND_TIMEOUT_S
+        with marked_timer("xrpo_streaming", self.timing_raw):
+            while pending:
+                seen = T.listing(pending)
+                in_flight.sample(seen)
+                done = T.terminal(pending, seen)
+                if not done:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{len(pending)} prompt groups did not finish (XRPO_ROUND_TIMEOUT_S)")
+                    time.sleep(T.POLL_INTERVAL_S)
+                    continue
+                tic = time.perf_counter()
+                pending -= done
+                outcomes = ledger.outcomes(sorted(done & set(uids)), seen)
+                submit = []
+                for q, u in enumerate(uids):
+                    if u not in outcomes:
+                        continue
+                    back_s[round_of[u]] = time.monotonic() - t0
+                    for q2, k in plan.back(q, [o.reward for o in outcomes[u]]).items():
+                        u2 = uids[q2]
+                        known = outcomes.get(u2) or ledger.outcomes([u2])[u2]
+                        submit.append(self._round_row(base[q2], k, known, ledger, icl, default_agent))
+                        round_of[u2] = int(plan.round_of[q2])
+                self._plugin_s += time.perf_counter() - tic
+                if submit:
+                    self._submit(submit, scalars, ledger)
+                    pending |= {row["uid"] for row in submit}
+        if not plan.done:
+            raise RuntimeError("streaming rounds ended with rollouts still to issue; a group came back twice")
+        metrics = {f"xrpo/round_{r}/rollouts": float(n) for r, n in enumerate(plan.per_round) if r > 0}
+        metrics.update({f"xrpo/round_{r}/back_s": t for r, t in enumerate(back_s)})
+        metrics.update(self._icl_outcome(icl, ledger))
+        metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
+        return metrics
+
+    def _round_row(
+        self, row: dict, k: int, outcomes: list[T.Outcome], ledger: T.RolloutLedger, icl: _IclLog, agent: str
+    ) -> dict:
+        """Prompt `row`'s k more rollouts: from an ICL prompt when it has no verified success yet."""
+        # ICL's trigger (XRPO §2.3) is no verified success so far, not a reward of 0: a
+        # partial-credit response does not solve the prompt
+        u = row["uid"]
+        decision = None
+        if self.xrpo_settings.use_icl and not any(o.success for o in outcomes):
+            decision = self._icl_prompt(row)
+            icl.decisions.append(decision)
+        icl_text = decision.text if decision is not None else ""
+        if icl_text:
+            icl.sessions.setdefault(u, []).append(range(ledger.submitted[u], ledger.submitted[u] + k))
+        return R.with_plugin_columns(
+            row,
+            kind="icl" if icl_text else "round",
+            rollout_n=k,
+            agent_name=ICL_AGENT if icl_text else agent,
+            icl_prompt=icl_text,
+            key=row[R.COL_PROMPT_KEY],
+        )
+
+    def _icl_outcome(self, icl: _IclLog, ledger: T.RolloutLedger) -> dict:
+        """ICL's triggers and flips this step (a flip: a verified success among a prompt's ICL rollouts)."""
+        if not self.xrpo_settings.use_icl:
+            return {}
+        final = ledger.outcomes(sorted(icl.sessions))
+        flips = sum(any(final[u][i].success for rg in icl.sessions[u] for i in rg) for u in icl.sessions)
+        self.xrpo_state.counters["icl_triggers"] += len(icl.sessions)
+        self.xrpo_state.counters["icl_flips"] += flips
+        return M.icl_metrics(icl.decisions, len(icl.sessions), flips, len(self.xrpo_state.corpus))
 
     def _submit(self, rows: list[dict], scalars: dict, ledger: T.RolloutLedger) -> None:
         """One batched submission (never one per prompt); each row's sessions reserved in the ledger."""

@@ -68,19 +68,29 @@ def listing(uids: set[str] | None = None) -> Listing:
     return Listing(status, dict(keys))
 
 
-def wait_terminal(uids: set[str], timeout_s: float = ROUND_TIMEOUT_S) -> Listing:
-    """Block until every group of `uids` is finished or failed; raise on a failure or a timeout."""
+def terminal(uids: set[str], seen: Listing) -> set[str]:
+    """The groups of `uids` that are done in `seen`; `LostRollouts` if any of them failed."""
+    failed = sorted(u for u in uids if seen.status.get(u) == "failure")
+    if failed:
+        raise LostRollouts(
+            f"{len(failed)} prompt groups (e.g. {failed[:3]}) failed in the agent loop; their rollouts "
+            "are lost (the rollout worker's log has the error)"
+        )
+    return {u for u in uids if seen.status.get(u) == "finished"}
+
+
+def wait_terminal(uids: set[str], timeout_s: float = ROUND_TIMEOUT_S, on_poll=None) -> Listing:
+    """Block until every group of `uids` is finished or failed; raise on a failure or a timeout.
+
+    `on_poll(seen)` is called with each snapshot (the trainer samples the rollouts in flight)."""
     deadline = time.monotonic() + timeout_s
     while True:
         seen = listing(uids)
+        if on_poll is not None:
+            on_poll(seen)
         waiting = [u for u in uids if seen.status.get(u) not in TERMINAL]
         if not waiting:
-            failed = sorted(u for u in uids if seen.status[u] == "failure")
-            if failed:
-                raise LostRollouts(
-                    f"{len(failed)} prompt groups (e.g. {failed[:3]}) failed in the agent loop; their rollouts "
-                    "are lost (the rollout worker's log has the error)"
-                )
+            terminal(uids, seen)
             return seen
         if time.monotonic() > deadline:
             raise RuntimeError(
@@ -166,3 +176,26 @@ class RolloutLedger:
             check_complete(u, sessions, self.submitted[u])
             out[u] = [sessions[i] for i in range(self.submitted[u])]
         return out
+
+
+class InFlight:
+    """Rollouts submitted but not back, sampled at each poll of a step's generation (the engine's
+    occupancy as the trainer sees it: a rollout is back once its trajectory is in TransferQueue)."""
+
+    def __init__(self, ledger: RolloutLedger) -> None:
+        self.ledger = ledger
+        self.samples: list[int] = []
+
+    def sample(self, seen: Listing) -> None:
+        back = sum(len({parse_trajectory_key(k)[1] for k in keys}) for keys in seen.keys.values())
+        self.samples.append(sum(self.ledger.submitted.get(u, 0) for u in seen.status) - back)
+
+    def metrics(self) -> dict[str, float]:
+        """Mean and peak over the polls; mean / peak is 1 when the engine never drained."""
+        peak = max(self.samples, default=0)
+        mean = sum(self.samples) / len(self.samples) if self.samples else 0.0
+        return {
+            "xrpo/gen/in_flight_mean": float(mean),
+            "xrpo/gen/in_flight_peak": float(peak),
+            "xrpo/gen/occupancy": mean / peak if peak else 0.0,
+        }
