@@ -23,6 +23,15 @@ from dataclasses import replace
 from pathlib import Path
 
 RECIPES = ("grpo", "xrpo", "extra", "xrpo_extra")
+# the planner's schedules (docs/algorithms.md, "Streaming schedule"): name -> (recipe, overrides)
+ONE_ROUND = ["algorithm.xrpo.planner.rounds=1"]
+STREAMING = [*ONE_ROUND, "algorithm.xrpo.planner.schedule=streaming"]
+VARIANTS = {
+    "xrpo_r1": ("xrpo", ONE_ROUND),
+    "xrpo_stream1": ("xrpo", STREAMING),
+    "xrpo_extra_r1": ("xrpo_extra", ONE_ROUND),
+    "xrpo_extra_stream1": ("xrpo_extra", STREAMING),
+}
 # the step's parts, as verl's timer and our trainer name them
 PARTS = {
     "step": "timing_s/step",
@@ -30,6 +39,7 @@ PARTS = {
     "round_0": "timing_s/xrpo_round_0",
     "round_1": "timing_s/xrpo_round_1",
     "round_2": "timing_s/xrpo_round_2",
+    "streaming": "timing_s/xrpo_streaming",
     "old_log_prob": "timing_s/old_log_prob",
     "adv": "timing_s/adv",
     "update_actor": "timing_s/update_actor",
@@ -38,16 +48,17 @@ PARTS = {
 }
 
 
-def run_recipe(recipe: str, out: Path, steps: int, backend: str, seed: int, extra: list[str]) -> dict[int, dict]:
-    """Train `recipe` for `steps` steps of the learning setting; verl's metrics per step."""
+def run_recipe(name: str, out: Path, steps: int, backend: str, seed: int, extra: list[str]) -> dict[int, dict]:
+    """Train recipe (or variant) `name` for `steps` steps of the learning setting; verl's metrics per step."""
     from xrpo_verl.local import launch, learning
 
+    recipe, variant = VARIANTS.get(name, (name, []))
     setting = replace(learning.LearningSetting(), steps=steps)
-    run = learning.cpu_run(out / recipe, setting)
+    run = learning.cpu_run(out / name, setting)
     go = launch.launch_vllm if backend == "vllm" else launch.launch
-    result = go(run, recipe, [f"data.seed={seed}", *extra], timeout_s=3600)
+    result = go(run, recipe, [f"data.seed={seed}", *variant, *extra], timeout_s=3600)
     if result.returncode != 0:
-        raise RuntimeError(f"{recipe} failed (exit {result.returncode}):\n{result.stdout[-4000:]}")
+        raise RuntimeError(f"{name} failed (exit {result.returncode}):\n{result.stdout[-4000:]}")
     return launch.read_metrics(run.metrics_path)
 
 
@@ -86,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--out", type=Path, default=Path("outputs/step_cost"))
     parser.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    parser.add_argument("--recipes", nargs="+", default=list(RECIPES))
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), help=f"recipes or {sorted(VARIANTS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = parser.parse_args(argv)

@@ -1,7 +1,9 @@
 """XRPO + ExTra (every feature on) through verl's trainer with `rollout.name=vllm` on vLLM's CPU build:
-the planner's `__rollout_n__` rounds, the `xrpo_icl` and `extra_prefix` agent loops and session
-offsets, all served by verl's vLLM server. One launch of 3 steps; the assertions are those of the
-`hf` e2e tests (tests/e2e/test_xrpo_modes.py): unequal budgets, masked prefixes, ICL, plugin state.
+the planner's `__rollout_n__` rounds on the streaming schedule (the GPU recipes' setting: vLLM
+batches continuously, so a prompt's round is submitted while the others still generate), the
+`xrpo_icl` and `extra_prefix` agent loops and session offsets, all served by verl's vLLM server.
+One launch of 3 steps; the assertions are those of the `hf` e2e tests (tests/e2e/test_xrpo_modes.py):
+unequal budgets, masked prefixes, ICL, plugin state.
 
 The data mixes easy problems (the warmed-up model samples ~40% right) with hard ones (always failed):
 easy successes fill the ICL corpus at step 1, hard all-fail groups trigger ICL and queue prefixes.
@@ -30,7 +32,7 @@ def xrpo_extra_run(untied_model_dir, tmp_path_factory):
         str(untied_model_dir), str(train), str(val), str(root / "run"), steps=STEPS, save_freq=STEPS, prompts_per_step=8
     )
     start = time.time()
-    result = launch.launch_vllm(run, "xrpo_extra", timeout_s=1800)
+    result = launch.launch_vllm(run, "xrpo_extra", ["algorithm.xrpo.planner.schedule=streaming"], timeout_s=1800)
     print(f"\n[xrpo_extra_vllm] launch took {time.time() - start:.0f}s")
     assert result.returncode == 0, result.stdout[-8000:]
     return run, read_metrics(run.metrics_path)
@@ -44,6 +46,8 @@ def test_every_step_completes_with_planner_and_weight_sync(xrpo_extra_run):
         assert m["training/rollout_probs_diff_max"] < SYNCED
         assert 0.0 < m["xrpo/time_share/plugin"] < 1.0
         assert m["xrpo/alloc/n_q/mean"] == 4  # compute-matched: B * n_avg rollouts over B base prompts
+        assert m["timing_s/xrpo_streaming"] > 0 and "timing_s/xrpo_round_1" not in m  # no phased barrier
+        assert m["xrpo/gen/in_flight_peak"] > 0 and 0 < m["xrpo/gen/occupancy"] <= 1
     # the planner gave prompts different rollout counts
     assert any(m["xrpo/alloc/n_q/max"] > m["xrpo/alloc/n_q/min"] for m in metrics.values())
 
