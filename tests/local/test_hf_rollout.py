@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
-from xrpo_verl.local.hf_rollout import HFServer, SamplingSettings, max_new_tokens, trim_response
+from xrpo_verl.local.hf_rollout import HFServer, SamplingSettings, length_buckets, max_new_tokens, trim_response
 
 
 # ---- pure helpers -----------------------------------------------------------------------------
@@ -93,6 +93,42 @@ def test_requests_trickling_in_share_one_generate_call(micro_model_dir):
     outputs = asyncio.run(run_all())
     assert len(outputs) == 6
     assert server.stats() == {"generate_calls": 1, "requests": 6}
+
+
+def test_length_buckets_by_hand():
+    # 24 plain prompts and 8 ICL prompts: one call pads 32 rows to 200 (6400 + 512), two cost
+    # 24 * 16 + 8 * 200 + 2 * 512 = 3008 positions
+    calls = length_buckets([200] * 4 + [16] * 24 + [200] * 4, max_batch=64, call_cost=512)
+    assert [sorted(c) for c in calls] == [list(range(4, 28)), [0, 1, 2, 3, 28, 29, 30, 31]]
+    # 3 * 15 + 30 + 2 * 512 > 4 * 30 + 512: one call
+    assert length_buckets([15, 30, 15, 15], max_batch=64, call_cost=512) == [[0, 2, 3, 1]]
+    # equal lengths: the fewest calls of at most max_batch rows
+    calls = length_buckets([10] * 10, max_batch=4, call_cost=512)
+    assert len(calls) == 3 and max(map(len, calls)) <= 4 and sorted(sum(calls, [])) == list(range(10))
+    assert length_buckets([], max_batch=4) == []
+    with pytest.raises(ValueError, match="max_batch"):
+        length_buckets([1], max_batch=0)
+
+
+def test_a_long_prompt_gets_its_own_generate_call(micro_model_dir):
+    """A prompt far longer than the rest is generated apart (its padding would widen every row),
+    and its log-probs still match the forward pass."""
+    server = HFServer(str(micro_model_dir), prompt_length=700, response_length=8, max_model_len=708, max_batch=64)
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    short = _prompt_ids(tok, "1+2=?")
+    long = short * (600 // len(short))
+    prompts = [short] * 8 + [long]
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+    async def run_all():
+        return await asyncio.gather(
+            *[server.generate(p, dict(params), request_id=str(i)) for i, p in enumerate(prompts)]
+        )
+
+    outputs = asyncio.run(run_all())
+    assert server.stats() == {"generate_calls": 2, "requests": 9}
+    ref = _forward_logps(server.model, long, outputs[-1].token_ids)
+    assert torch.allclose(torch.tensor(outputs[-1].log_probs), ref, atol=1e-4)
 
 
 def test_weight_update_replaces_the_policy(micro_model_dir):
