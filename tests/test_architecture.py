@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("xrpo_verl", "sandbox")
-PURE = ["planner", "advantages", "novelty", "icl", "prefix", "metrics", "embeddings", "config"]
+PURE = ["planner", "advantages", "novelty", "icl", "icl_gate", "prefix", "metrics", "embeddings", "config"]
 FRAMEWORKS = {"verl", "ray", "transfer_queue", "tensordict", "hydra", "omegaconf"}
 
 

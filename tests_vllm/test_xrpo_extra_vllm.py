@@ -32,7 +32,12 @@ def xrpo_extra_run(untied_model_dir, tmp_path_factory):
         str(untied_model_dir), str(train), str(val), str(root / "run"), steps=STEPS, save_freq=STEPS, prompts_per_step=8
     )
     start = time.time()
-    result = launch.launch_vllm(run, "xrpo_extra", ["algorithm.xrpo.planner.schedule=streaming"], timeout_s=1800)
+    result = launch.launch_vllm(
+        run,
+        "xrpo_extra",
+        ["algorithm.xrpo.planner.schedule=streaming", "algorithm.xrpo.icl.gate=always"],
+        timeout_s=1800,
+    )
     print(f"\n[xrpo_extra_vllm] launch took {time.time() - start:.0f}s")
     assert result.returncode == 0, result.stdout[-8000:]
     return run, read_metrics(run.metrics_path)

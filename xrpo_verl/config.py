@@ -211,10 +211,19 @@ class ICLConfig(Config):
     mode: Literal["with_icl", "strip_icl"] = option(
         "with_icl", "Train ICL rows with the ICL context (on-policy) or with it stripped (off-policy ablation). [I]"
     )
+    gate: Literal["earned", "always"] = option(
+        "earned",
+        "earned: an all-fail prompt gets ICL as often as ICL beat zero-shot resampling on all-fail prompts "
+        "(xrpo_verl/icl_gate.py); always: every one does (the paper). [I]",
+    )
+    gate_min_share: float = option(0.1, "m, the least share of all-fail prompts either arm (ICL, zero-shot) keeps. [I]")
+    gate_decay: float = option(0.9, "gamma, per-step decay of the gate's success counts, so they follow the model. [I]")
 
     def __post_init__(self) -> None:
         self._check_fields()
         check_range("ICLConfig.k", self.k, lo=1)
+        check_range("ICLConfig.gate_min_share", self.gate_min_share, lo=0, hi=0.5)
+        check_range("ICLConfig.gate_decay", self.gate_decay, lo=0, hi=1, lo_open=True)
         check_range("ICLConfig.min_similarity", self.min_similarity, lo=-1, hi=1)
         check_range("ICLConfig.max_similarity", self.max_similarity, lo=-1, hi=1)
         if self.max_similarity < self.min_similarity:

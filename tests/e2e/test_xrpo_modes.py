@@ -28,6 +28,7 @@ STEPS, PROMPTS, TRAIN_SET = 4, 8, 16
 PREFIX_PER_STEP = 2  # xrpo_verl/local/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
 IS_WEIGHTS = "algorithm.rollout_correction.rollout_is=token"
 STREAMING = "algorithm.xrpo.planner.schedule=streaming"
+ICL_ALWAYS = "algorithm.xrpo.icl.gate=always"  # the paper's ICL: every all-fail prompt, so ICL surely acts
 
 
 def state(run: launch.CpuRun, step: int) -> dict:
@@ -63,11 +64,12 @@ def xrpo_extra(tiny_model_dir, mixed_data, tmp_path_factory):
 
     Returns (run, metrics of steps 1-3, state saved at 3, the resumed launch's stdout, metrics 1-4)."""
     out = tmp_path_factory.mktemp("xrpo_extra")
+    first = [IS_WEIGHTS, ICL_ALWAYS]
     run, before = train(
-        "xrpo_extra", tiny_model_dir, mixed_data, out, prompts=PROMPTS, steps=STEPS - 1, save_freq=1, extra=[IS_WEIGHTS]
+        "xrpo_extra", tiny_model_dir, mixed_data, out, prompts=PROMPTS, steps=STEPS - 1, save_freq=1, extra=first
     )
     saved = state(run, STEPS - 1)
-    extra = [IS_WEIGHTS, f"trainer.total_training_steps={STEPS}", "trainer.resume_mode=auto"]
+    extra = [*first, f"trainer.total_training_steps={STEPS}", "trainer.resume_mode=auto"]
     result = launch.launch(run, "xrpo_extra", extra, timeout_s=900)
     assert result.returncode == 0, result.stdout[-6000:]
     metrics = read_metrics(run.metrics_path)
@@ -84,7 +86,8 @@ def xrpo_extra(tiny_model_dir, mixed_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def xrpo_run(tiny_model_dir, mixed_data, tmp_path_factory):
-    """XRPO with the streaming schedule (the xrpo_extra run covers the phased one)."""
+    """XRPO with the streaming schedule and the earned ICL gate (the xrpo_extra run covers the phased
+    schedule and the paper's always-ICL)."""
     return train("xrpo", tiny_model_dir, mixed_data, tmp_path_factory.mktemp("xrpo"), prompts=4, extra=[STREAMING])
 
 
@@ -230,8 +233,13 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
         assert m["timing_s/xrpo_streaming"] > 0 and "timing_s/xrpo_round_1" not in m  # no phased barrier
         assert 0 < m["xrpo/round_0/back_s"] <= m["xrpo/round_2/back_s"]
         assert m["xrpo/gen/in_flight_peak"] >= budgets[0]
+        # the earned ICL gate: both arms keep at least gate_min_share of the all-fail prompts
+        assert 0.1 <= m["xrpo/icl/gate_share"] <= 0.9
         assert m["response_length/mean"] > 0 and m["training/rollout_probs_diff_max"] < 1e-4
         assert m["xrpo/prefix/guided_rows"] == 0  # ExTra off
         # switched off here (estimator `xrpo`, prefix.enable=false): exactly zero, not missing
         assert all(m[k] == 0 for k in NOVELTY_KEYS + PREFIX_KEYS), {k: m.get(k) for k in NOVELTY_KEYS + PREFIX_KEYS}
         assert m["xrpo/alloc/n_q/mean"] == 4
+    assert metrics[1]["xrpo/icl/gate_share"] == pytest.approx(0.5, abs=1e-6)  # no data yet: a fair coin
+    # the hard prompts are all-fail, so some round rollouts went to one arm or the other
+    assert _total(metrics, "xrpo/icl/icl_rollouts") + _total(metrics, "xrpo/icl/zero_shot_rollouts") > 0

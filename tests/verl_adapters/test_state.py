@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from xrpo_verl.config import ExTraConfig, XRPOConfig
+from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.prefix import GuidedPrompt
 from xrpo_verl.verl_adapters.config import PluginSettings
 from xrpo_verl.verl_adapters.state import PluginState
@@ -47,6 +48,7 @@ def _fill(state):
         row = {"reward_model": {"ground_truth": str(i)}, "data_source": "d"}
         state.guided_queue.push(GuidedPrompt([1], [4, 5], original_prompt_id="p1", uid=f"g{i}", source_row=row))
     state.counters["icl_triggers"] = 5
+    state.icl_gate.update(ArmCounts(12, 0), ArmCounts(12, 3))
 
 
 def test_round_trip_through_a_checkpoint_folder(tmp_path):
@@ -69,6 +71,19 @@ def test_round_trip_through_a_checkpoint_folder(tmp_path):
     restored = b.guided_queue.pop_many(5)
     assert [g.uid for g in restored] == ["g1", "g2"]
     assert restored[1].source_row == {"reward_model": {"ground_truth": "2"}, "data_source": "d"}
+    assert b.icl_gate.share() == a.icl_gate.share() < 0.5  # ICL lost 0 of 12 to zero-shot's 3 of 12
+
+
+def test_a_version_2_checkpoint_resumes_with_an_empty_icl_gate(tmp_path):
+    """The gate came with state version 3: an older checkpoint loses nothing it held."""
+    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    _fill(a)
+    old = a.state_dict()
+    old["version"] = 2
+    del old["components"]["icl_gate"]
+    b = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    b.load_state_dict(old)
+    assert b.icl_gate.share() == pytest.approx(0.5, abs=1e-6) and len(b.corpus) == len(a.corpus)
 
 
 def test_missing_or_mismatched_state_is_an_error(tmp_path):

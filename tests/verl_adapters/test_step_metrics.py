@@ -2,8 +2,15 @@
 
 import torch
 
+from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.verl_adapters.batch_view import BatchView
-from xrpo_verl.verl_adapters.step_metrics import allocation_metrics, icl_metrics, prefix_mask_metrics, signal_metrics
+from xrpo_verl.verl_adapters.step_metrics import (
+    allocation_metrics,
+    icl_gate_metrics,
+    icl_metrics,
+    prefix_mask_metrics,
+    signal_metrics,
+)
 
 
 def _view(resp_lens, masks, kinds, scores=None):
@@ -55,6 +62,13 @@ def test_switched_off_mechanisms_log_exact_zeros_under_every_key():
     off = signal_metrics(None)
     assert off and set(off.values()) == {0.0}
     assert set(icl_metrics([], 0, 0, 0).values()) == {0.0}
+    assert set(icl_gate_metrics(0.0, ArmCounts(), ArmCounts(), 0).values()) == {0.0}
+
+
+def test_icl_gate_metrics_compare_the_arms_at_equal_prompts():
+    m = icl_gate_metrics(0.25, ArmCounts(8, 2), ArmCounts(12, 0), 0)
+    assert m["xrpo/icl/icl_success_rate"] == 0.25 and m["xrpo/icl/zero_shot_success_rate"] == 0.0
+    assert m["xrpo/icl/gate_share"] == 0.25 and m["xrpo/icl/zero_shot_rollouts"] == 12.0
 
 
 def test_allocation_metrics_are_over_the_groups_given():

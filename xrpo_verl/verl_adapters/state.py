@@ -17,7 +17,9 @@ from xrpo_verl.verl_adapters.config import PluginSettings
 
 STATE_DIR = "xrpo"
 STATE_FILE = "state.pkl"
-STATE_VERSION = 2  # 2: a guided prompt carries its dataset row (no separate guided_rows)
+STATE_VERSION = 3  # 2: a guided prompt carries its dataset row (no separate guided_rows); 3: the ICL gate
+# components added after version 2: a checkpoint of an older version starts them empty
+ADDED_IN = {"icl_gate": 3}
 
 
 class PluginState:
@@ -38,6 +40,7 @@ class PluginState:
         self.prefix_memory = None
         self.guided_queue = None
         self.reward_var = None
+        self.icl_gate = None
         self.counters: dict[str, int] = {"icl_triggers": 0, "icl_flips": 0, "guided_injected": 0}
         self._build()
 
@@ -60,6 +63,10 @@ class PluginState:
                 index=s.xrpo.embedder.index,
                 use_gpu=s.xrpo.embedder.use_gpu,
             )
+            from xrpo_verl.icl_gate import ICLGate
+
+            icl = s.xrpo.icl
+            self.icl_gate = ICLGate(icl.gate, min_share=icl.gate_min_share, decay=icl.gate_decay)
         if s.use_novelty:
             from xrpo_verl.novelty import NoveltyMemory
 
@@ -82,6 +89,7 @@ class PluginState:
             "prefix_memory": self.prefix_memory,
             "guided_queue": self.guided_queue,
             "reward_var": self.reward_var,
+            "icl_gate": self.icl_gate,
         }
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -93,14 +101,15 @@ class PluginState:
         }
 
     def load_state_dict(self, d: dict) -> None:
-        if d.get("version") != STATE_VERSION:
-            raise ValueError(
-                f"xrpo plugin state version {d.get('version')!r} is not supported (expected {STATE_VERSION})"
-            )
+        version = d.get("version")
+        if version not in (2, STATE_VERSION):
+            raise ValueError(f"xrpo plugin state version {version!r} is not supported (expected 2 or {STATE_VERSION})")
         for name, component in self._components().items():
             saved = d["components"].get(name)
             if component is None:
                 continue  # feature switched off since the checkpoint: its state is not needed
+            if saved is None and version < ADDED_IN.get(name, 0):
+                continue  # written before this component existed: it starts empty
             if saved is None:
                 raise ValueError(
                     f"checkpoint has no state for {name!r}, but that feature is on now; resuming would not be exact"

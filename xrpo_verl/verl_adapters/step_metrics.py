@@ -16,6 +16,7 @@ import torch
 from xrpo_verl import advantages as adv_lib
 from xrpo_verl import planner
 from xrpo_verl.icl import ICLDecision
+from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, PluginSettings
 from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs, sequence_advantages
@@ -63,6 +64,19 @@ def icl_metrics(decisions: list[ICLDecision], triggers: int, flips: int, corpus_
         "xrpo/icl/examples_whole": float(sum(d.examples for d in decisions)),
         "xrpo/icl/examples_skipped_long": float(sum(d.skipped_long for d in decisions)),
         "xrpo/icl/retrieval_similarity/mean": float(np.mean(sims)) if sims else 0.0,
+    }
+
+
+def icl_gate_metrics(share: float, icl: ArmCounts, zero_shot: ArmCounts, flips_zero_shot: int) -> dict[str, float]:
+    """ICL against zero-shot on this step's all-fail prompts (xrpo_verl/icl_gate.py): the share
+    that got ICL, and each arm's rollouts and verified-success rate (a comparison at equal prompts)."""
+    return {
+        "xrpo/icl/gate_share": float(share),
+        "xrpo/icl/icl_rollouts": float(icl.rollouts),
+        "xrpo/icl/icl_success_rate": icl.successes / icl.rollouts if icl.rollouts else 0.0,
+        "xrpo/icl/zero_shot_rollouts": float(zero_shot.rollouts),
+        "xrpo/icl/zero_shot_success_rate": zero_shot.successes / zero_shot.rollouts if zero_shot.rollouts else 0.0,
+        "xrpo/icl/zero_shot_flips": float(flips_zero_shot),  # all-fail prompts a zero-shot round solved
     }
 
 

@@ -42,6 +42,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from xrpo_verl import icl as icl_lib
 from xrpo_verl import planner
+from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.rewards import code as code_reward
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters import step_metrics as M
@@ -59,9 +60,11 @@ from xrpo_verl.verl_adapters.verl_internals import check_verl
 
 @dataclass
 class _IclLog:
-    """ICL seeding in one step: each prompt's ICL sessions and every retrieval decision."""
+    """ICL seeding in one step: the sessions of all-fail prompts by arm, and every retrieval decision."""
 
-    sessions: dict[str, list[range]] = field(default_factory=dict)
+    share: float  # probability that an all-fail prompt gets ICL this step (the gate's)
+    sessions: dict[str, list[range]] = field(default_factory=dict)  # uid -> its ICL rollouts
+    zero_shot: dict[str, list[range]] = field(default_factory=dict)  # uid -> its zero-shot rollouts while all-fail
     decisions: list[icl_lib.ICLDecision] = field(default_factory=list)
 
 
@@ -131,8 +134,9 @@ class XrpoTrainer(PPOTrainerSync):
                 T.wait_terminal({r["uid"] for r in submit}, on_poll=in_flight.sample)
         metrics = {"xrpo/prompts/base": float(len(base)), "xrpo/guided/injected": float(len(guided))}
         self.xrpo_state.counters["guided_injected"] += len(guided)
-        if not s.use_icl:
-            metrics.update(M.icl_metrics([], 0, 0, 0))  # switched off: exactly zero
+        if not s.use_icl:  # switched off: exactly zero
+            metrics.update(M.icl_metrics([], 0, 0, 0))
+            metrics.update(M.icl_gate_metrics(0.0, ArmCounts(), ArmCounts(), 0))
         if s.use_planner and s.xrpo.planner.schedule == "streaming":
             guided_uids = {r["uid"] for r in submit[len(base) :]}
             metrics.update(self._streaming_rounds(base, scalars, ledger, in_flight, default_agent, guided_uids))
@@ -147,7 +151,7 @@ class XrpoTrainer(PPOTrainerSync):
         """XRPO's phased allocation (§2.2): R rounds share B·(n_avg − n_base) rollouts by Π_q."""
         p = self.xrpo_settings.xrpo.planner
         uids = [r["uid"] for r in base]
-        icl = _IclLog()
+        icl = self._icl_log()
         metrics: dict[str, float] = {}
         for r, budget in enumerate(planner.round_budgets(len(base), p.n_avg, p.n_base, p.rounds)[1:], start=1):
             tic = time.perf_counter()
@@ -182,7 +186,7 @@ class XrpoTrainer(PPOTrainerSync):
         p = self.xrpo_settings.xrpo.planner
         uids = [r["uid"] for r in base]
         plan = planner.StreamingRounds(len(base), p)
-        icl = _IclLog()
+        icl = self._icl_log()
         pending = set(uids) | guided_uids  # groups with rollouts in flight
         round_of = dict.fromkeys(uids, 0)  # the round of each prompt's submission in flight
         back_s = [0.0] * (p.rounds + 1)  # when the last rollout of round r came back
@@ -223,20 +227,27 @@ class XrpoTrainer(PPOTrainerSync):
         metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
         return metrics
 
+    def _icl_log(self) -> _IclLog:
+        gate = self.xrpo_state.icl_gate
+        return _IclLog(share=gate.share() if gate is not None else 0.0)
+
     def _round_row(
         self, row: dict, k: int, outcomes: list[T.Outcome], ledger: T.RolloutLedger, icl: _IclLog, agent: str
     ) -> dict:
-        """Prompt `row`'s k more rollouts: from an ICL prompt when it has no verified success yet."""
+        """Prompt `row`'s k more rollouts: from an ICL prompt when it has no verified success yet and
+        the ICL gate draws ICL for it (xrpo_verl/icl_gate.py; `gate=always` is the paper)."""
         # ICL's trigger (XRPO §2.3) is no verified success so far, not a reward of 0: a
         # partial-credit response does not solve the prompt
-        u = row["uid"]
+        u, s = row["uid"], self.xrpo_settings
+        sessions = range(ledger.submitted[u], ledger.submitted[u] + k)
         decision = None
-        if self.xrpo_settings.use_icl and not any(o.success for o in outcomes):
-            decision = self._icl_prompt(row)
-            icl.decisions.append(decision)
+        if s.use_icl and not any(o.success for o in outcomes):
+            if self.xrpo_state.icl_gate.use_icl(icl.share, self.global_steps, row[R.COL_PROMPT_KEY]):
+                decision = self._icl_prompt(row)
+                icl.decisions.append(decision)
+            arm = icl.sessions if decision is not None and decision.text else icl.zero_shot
+            arm.setdefault(u, []).append(sessions)
         icl_text = decision.text if decision is not None else ""
-        if icl_text:
-            icl.sessions.setdefault(u, []).append(range(ledger.submitted[u], ledger.submitted[u] + k))
         return R.with_plugin_columns(
             row,
             kind="icl" if icl_text else "round",
@@ -247,14 +258,24 @@ class XrpoTrainer(PPOTrainerSync):
         )
 
     def _icl_outcome(self, icl: _IclLog, ledger: T.RolloutLedger) -> dict:
-        """ICL's triggers and flips this step (a flip: a verified success among a prompt's ICL rollouts)."""
+        """ICL's triggers and flips this step (a flip: a verified success among a prompt's ICL
+        rollouts), the same for the zero-shot rollouts of all-fail prompts, and the gate's update."""
         if not self.xrpo_settings.use_icl:
             return {}
-        final = ledger.outcomes(sorted(icl.sessions))
-        flips = sum(any(final[u][i].success for rg in icl.sessions[u] for i in rg) for u in icl.sessions)
+        final = ledger.outcomes(sorted(set(icl.sessions) | set(icl.zero_shot)))
+
+        def arm(sessions: dict[str, list[range]]) -> tuple[ArmCounts, int]:
+            wins = {u: [final[u][i].success for rg in rgs for i in rg] for u, rgs in sessions.items()}
+            counts = ArmCounts(float(sum(map(len, wins.values()))), float(sum(map(sum, wins.values()))))
+            return counts, sum(any(w) for w in wins.values())
+
+        (icl_counts, flips), (zs_counts, zs_flips) = arm(icl.sessions), arm(icl.zero_shot)
+        self.xrpo_state.icl_gate.update(icl_counts, zs_counts)
         self.xrpo_state.counters["icl_triggers"] += len(icl.sessions)
         self.xrpo_state.counters["icl_flips"] += flips
-        return M.icl_metrics(icl.decisions, len(icl.sessions), flips, len(self.xrpo_state.corpus))
+        metrics = M.icl_metrics(icl.decisions, len(icl.sessions), flips, len(self.xrpo_state.corpus))
+        metrics.update(M.icl_gate_metrics(icl.share, icl_counts, zs_counts, zs_flips))
+        return metrics
 
     def _submit(self, rows: list[dict], scalars: dict, ledger: T.RolloutLedger) -> None:
         """One batched submission (never one per prompt); each row's sessions reserved in the ledger."""
