@@ -188,7 +188,6 @@ class XrpoTrainer(PPOTrainerSync):
         plan = planner.StreamingRounds(len(base), p)
         icl = self._icl_log()
         pending = set(uids) | guided_uids  # groups with rollouts in flight
-        round_of = dict.fromkeys(uids, 0)  # the round of each prompt's submission in flight
         back_s = [0.0] * (p.rounds + 1)  # when the last rollout of round r came back
         t0 = deadline = time.monotonic()
         deadline += T.ROUND_TIMEOUT_S
@@ -209,12 +208,10 @@ class XrpoTrainer(PPOTrainerSync):
                 for q, u in enumerate(uids):
                     if u not in outcomes:
                         continue
-                    back_s[round_of[u]] = time.monotonic() - t0
+                    back_s[int(plan.round_of[q])] = time.monotonic() - t0  # the round just back
                     for q2, k in plan.back(q, [o.reward for o in outcomes[u]]).items():
-                        u2 = uids[q2]
-                        known = outcomes.get(u2) or ledger.outcomes([u2])[u2]
+                        known = outcomes.get(uids[q2]) or ledger.outcomes([uids[q2]])[uids[q2]]
                         submit.append(self._round_row(base[q2], k, known, ledger, icl, default_agent))
-                        round_of[u2] = int(plan.round_of[q2])
                 self._plugin_s += time.perf_counter() - tic
                 if submit:
                     self._submit(submit, scalars, ledger)
