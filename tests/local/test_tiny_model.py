@@ -52,3 +52,42 @@ def test_default_tiny_model_has_about_5m_parameters():
     config = tiny_model.TinyModelConfig(sft_steps=0)
     model = tiny_model.build_model(config, tiny_model.build_tokenizer(config))
     assert 4.5e6 < sum(p.numel() for p in model.parameters()) < 5.5e6
+
+
+def test_few_shot_rows_are_xrpo_icl_prompts_of_retrieved_neighbours_in_one_style():
+    """The warm-up's few-shot prompts are what XRPO's ICL seeding writes (real MiniLM retrieval)."""
+    from xrpo_verl import icl
+    from xrpo_verl.local import addition, testbed
+
+    pool = tiny_model.FewShotPool(testbed.MODEL, count_tokens=len, pool=40)
+    assert all(len(n) == testbed.MODEL.fewshot_k and i not in n for i, n in enumerate(pool.neighbours))
+    for user, target in pool.rows(12, seed=1):
+        assert user.startswith(icl.ICL_HEADER) and user.count("Problem: ") == 2
+        question = user.rsplit("\n", 1)[1]
+        problem = next(p for p in pool.problems if p.question == question)
+        style = addition.style_of(target)
+        assert target == addition.solution_text(problem, style)
+        shown = [block.split("\n", 1)[0] for block in user.split("Solution: ")[1:]]
+        assert {addition.style_of(x) for x in shown} == {style}  # examples in the target's style
+
+
+def test_token_mean_loss_over_parts_equals_one_padded_batch():
+    """Few-shot rows are padded apart from the zero-shot ones; the loss must not change."""
+    import torch
+
+    config = tiny_model.TinyModelConfig(task="addition", hidden_size=32, intermediate_size=64, num_layers=1)
+    tok = tiny_model.build_tokenizer(config)
+    torch.manual_seed(0)
+    model = tiny_model.build_model(config, tok).double()
+    with torch.no_grad():  # sharper logits than at init, so that token losses differ
+        model.model.embed_tokens.weight.mul_(50)
+    rows = [("12+3=?", "2+3=5\n1+0=1\n\\boxed{15}"), ("1+1=?", "1+1=2\n\\boxed{2}"), ("9+9=?", "9+9=18\n\\boxed{18}")]
+    ids, mask, labels = tiny_model.sft_batch(tok, rows)
+    whole = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    parts = tiny_model._token_mean_loss(model, tok, [rows[:1], rows[1:], []])
+    assert parts.item() == pytest.approx(whole.item(), rel=1e-6)  # transformers takes the loss in float32
+    # the mean of the parts' own means weighs the one long row as much as the two short ones
+    naive = (
+        tiny_model._token_mean_loss(model, tok, [rows[:1]]) + tiny_model._token_mean_loss(model, tok, [rows[1:]])
+    ) / 2
+    assert naive.item() != pytest.approx(whole.item(), rel=1e-3)

@@ -13,6 +13,17 @@ what RL corrects on one problem carries over to problems it never trained on: th
 measures a procedure, not a memorised table (`arith`'s ~338 problems, on which RL only rehearsed).
 Operands have 1 to `max_digits` digits, so pass rates spread from always (one digit, no carry) to
 never (many columns, many carries). Scored by `arith.compute_score` (exact integer match).
+
+A second way to write the same procedure, `words` (ExTra's premise: more than one correct style),
+names each column and adds the second operand's digit first:
+
+    ones: 5+7=12
+    tens: 8+4+1=13
+    hundreds: 2+3+1=6
+    \\boxed{632}
+
+Its column facts are other token sequences than `columns`' (`5+7` is not `7+5`), so a model taught
+both learns them apart and the two styles fail on different problems.
 """
 
 import random
@@ -22,6 +33,9 @@ from pathlib import Path
 from xrpo_verl.local import arith
 
 DATA_SOURCE = "xrpo_addition"
+STYLES = ("columns", "words")
+PLACES = ("ones", "tens", "hundreds", "thousands", "ten-thousands", "hundred-thousands", "millions")
+PLACES += ("ten-millions", "hundred-millions")
 
 
 @dataclass(frozen=True)
@@ -32,10 +46,15 @@ class AdditionConfig:
     """fewest digits of an operand"""
     max_digits: int = 3
     """most digits of an operand (each operand's length is drawn uniformly in [min_digits, max_digits])"""
+    styles: tuple[str, ...] = ("columns",)
+    """solution styles the warm-up teaches, each equally often (`STYLES`)"""
 
     def __post_init__(self):
         if not 1 <= self.min_digits <= self.max_digits <= 9:
             raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {self.min_digits}, {self.max_digits}")
+        bad = [s for s in self.styles if s not in STYLES]
+        if not self.styles or bad or len(set(self.styles)) != len(self.styles):
+            raise ValueError(f"styles {list(self.styles)} invalid: choose distinct names from {list(STYLES)}")
 
 
 @dataclass(frozen=True)
@@ -52,16 +71,31 @@ class Sum:
         return f"{self.a}+{self.b}=?"
 
 
-def solution_text(problem: Sum) -> str:
-    """One line per column, ones first (`x+y[+1]=s`, a missing digit is 0), then the boxed answer."""
+def solution_text(problem: Sum, style: str = "columns") -> str:
+    """One line per column, ones first (a missing digit is 0), then the boxed answer.
+
+    `columns`: `x+y[+1]=s`, the first operand's digit first; `words`: `<place>: y+x[+1]=s`.
+    """
+    if style not in STYLES:
+        raise ValueError(f"style {style!r} is not one of {list(STYLES)}")
     a, b = str(problem.a)[::-1], str(problem.b)[::-1]
     lines, carry = [], 0
     for i in range(max(len(a), len(b))):
         x, y = int(a[i]) if i < len(a) else 0, int(b[i]) if i < len(b) else 0
         total = x + y + carry
-        lines.append(f"{x}+{y}" + ("+1" if carry else "") + f"={total}")
+        first, second = (x, y) if style == "columns" else (y, x)
+        line = f"{first}+{second}" + ("+1" if carry else "") + f"={total}"
+        lines.append(line if style == "columns" else f"{PLACES[i]}: {line}")
         carry = total // 10
     return "\n".join(lines) + f"\n\\boxed{{{problem.answer}}}"
+
+
+def style_of(response: str) -> str | None:
+    """The style a response is written in (its first line decides), or None if neither."""
+    first = response.lstrip().split("\n", 1)[0]
+    if first.startswith(f"{PLACES[0]}:"):
+        return "words"
+    return "columns" if first[:1].isdigit() else None
 
 
 def _operand(rng: random.Random, config: AdditionConfig) -> int:

@@ -90,6 +90,13 @@ class TinyModelConfig:
     """problem distribution for the corpus and the warm-up (task 'addition')"""
     code: code_task.CodeConfig = field(default_factory=code_task.CodeConfig)
     """problem distribution for the corpus and the warm-up (task 'code')"""
+    fewshot_share: float = 0.0
+    """share of warm-up rows whose prompt is XRPO's ICL prompt (`icl.render_icl_prompt`) holding
+    `fewshot_k` solved neighbours that MiniLM retrieves from a pool of other problems, as XRPO's
+    corpus will: pretraining's few-shot text, which teaches a real LLM to learn from its context
+    (task 'addition'; examples and target in one style)"""
+    fewshot_k: int = 2
+    """solved examples in a few-shot warm-up prompt (XRPO's K)"""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
@@ -102,6 +109,12 @@ class TinyModelConfig:
             )
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
+        if not 0.0 <= self.fewshot_share <= 1.0 or self.fewshot_k < 1:
+            raise ValueError(
+                f"need 0 <= fewshot_share <= 1 and fewshot_k >= 1, got {self.fewshot_share}, {self.fewshot_k}"
+            )
+        if self.fewshot_share and self.task != "addition":
+            raise ValueError(f"fewshot_share is implemented for task 'addition' only, not {self.task!r}")
         if self.sft_steps < 0 or self.sft_batch_size < 1 or self.sft_lr <= 0:
             raise ValueError(
                 f"need sft_steps >= 0, sft_batch_size >= 1, sft_lr > 0; got {self.sft_steps}, "
@@ -115,6 +128,10 @@ class TinyModelConfig:
             del fields["task"], fields["addition"]
         if not self.sft_schedule_steps:
             del fields["sft_schedule_steps"]
+        if not self.fewshot_share:  # fields added with the premise testbed: older models keep their key
+            del fields["fewshot_share"], fields["fewshot_k"]
+        if "addition" in fields and self.addition.styles == ("columns",):
+            del fields["addition"]["styles"]
         extra = {}
         if self.task == "code":
             extra["code_format"] = code_task.CODE_FORMAT
@@ -133,18 +150,21 @@ class TinyModelConfig:
             return code_task.sample_problems(n, seed, self.code)
         return arith.sample_problems(n, seed, self.arith)
 
-    def solution_text(self, problem) -> str:
-        """The warm-up's target response for `problem`."""
+    def solution_text(self, problem, style: str | None = None) -> str:
+        """The warm-up's target response for `problem` (task 'addition': in `style`, default the first)."""
         if self.task == "code":
             return code_task.solution_text(problem)
-        return addition_task.solution_text(problem) if self.task == "addition" else arith.solution_text(problem)
+        if self.task == "addition":
+            return addition_task.solution_text(problem, style or self.addition.styles[0])
+        return arith.solution_text(problem)
 
     @property
     def max_response_tokens(self) -> int:
         """Longest warm-up response in tokens, with room to spare (digits are one token each)."""
         if self.task == "code":
             return 48
-        return 24 if self.task == "arith" else 12 * (self.addition.max_digits + 1) + 8
+            per_column = 12 if self.addition.styles == ("columns",) else 20  # 'words' names each column
+        return 24 if self.task == "arith" else per_column * (self.addition.max_digits + 1) + 8
 
 
 def cache_root() -> Path:
@@ -161,7 +181,10 @@ def build_tokenizer(config: TinyModelConfig):
     from transformers import PreTrainedTokenizerFast
 
     problems = config.sample_problems(4000, config.seed + 1)
-    corpus = [chat_prompt(p.question) + config.solution_text(p) + EOS for p in problems]
+    styles = config.addition.styles if config.task == "addition" else (None,)
+    corpus = [chat_prompt(p.question) + config.solution_text(p, style) + EOS for p in problems for style in styles]
+    if config.fewshot_share:  # the ICL template's words become tokens, so its prompts stay short
+        corpus += [chat_prompt(user) + EOS for user, _ in FewShotPool(config, count_tokens=len).rows(200, seed=0)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -204,12 +227,58 @@ def build_model(config: TinyModelConfig, tokenizer):
     return model
 
 
+class FewShotPool:
+    """Few-shot warm-up rows: a pool of solved problems, each with the `fewshot_k` pool neighbours
+    that XRPO's retrieval (`icl.ICLCorpus` over MiniLM embeddings of the problem text, its default
+    similarity ceiling) returns, rendered by `icl.render_icl_prompt`: the prompts the RL run's ICL
+    seeding will write, with the model's own kind of solutions in them."""
+
+    def __init__(self, config: TinyModelConfig, count_tokens, pool: int = 2000) -> None:
+        from xrpo_verl import icl
+        from xrpo_verl.config import ICLConfig
+        from xrpo_verl.embeddings import get_embedder
+
+        self.config, self.count_tokens, cfg = config, count_tokens, ICLConfig()
+        self.problems = list(dict.fromkeys(config.sample_problems(pool, config.seed + 4)))
+        corpus = icl.ICLCorpus(get_embedder(), per_prompt=1)
+        ids = [str(i) for i in range(len(self.problems))]
+        for pid, p in zip(ids, self.problems, strict=True):
+            corpus.add(pid, p.question, "", step=0, num_tokens=0)
+        found = corpus.retrieve_many(
+            ids, [p.question for p in self.problems], k=config.fewshot_k, max_similarity=cfg.max_similarity
+        )
+        self.neighbours = [[int(e.prompt_id) for e in exs] for exs in found]
+
+    def rows(self, n: int, seed: int) -> list[tuple[str, str]]:
+        """`n` (user turn, target response) pairs; examples and target share a style."""
+        from xrpo_verl import icl
+
+        rng = random.Random(seed)
+        out = []
+        for _ in range(n):
+            i = rng.randrange(len(self.problems))
+            style = rng.choice(self.config.addition.styles)
+            shots = [
+                icl.ICLExample(
+                    str(j), self.problems[j].question, self.config.solution_text(self.problems[j], style), 0, 0
+                )
+                for j in self.neighbours[i]
+            ]
+            user = icl.render_icl_prompt(shots, self.problems[i].question, count_tokens=self.count_tokens).text
+            out.append((user, self.config.solution_text(self.problems[i], style)))
+        return out
+
+
 def sft_batch(tokenizer, problems, solution=arith.solution_text) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (input_ids, attention_mask, labels), labels -100 except on the response + EOS."""
+    """Right-padded (input_ids, attention_mask, labels), labels -100 except on the response + EOS.
+
+    `problems` are objects with `.question` (answered by `solution(p)`) or (user turn, response) pairs.
+    """
     rows = []
     for p in problems:
-        prompt = tokenizer(chat_prompt(p.question), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(solution(p) + EOS, add_special_tokens=False)["input_ids"]
+        user, response = p if isinstance(p, tuple) else (p.question, solution(p))
+        prompt = tokenizer(chat_prompt(user), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(response + EOS, add_special_tokens=False)["input_ids"]
         rows.append((prompt, answer))
     width = max(len(a) + len(b) for a, b in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
@@ -221,6 +290,17 @@ def sft_batch(tokenizer, problems, solution=arith.solution_text) -> tuple[torch.
         mask[i, : len(seq)] = 1
         labels[i, len(prompt) : len(seq)] = torch.tensor(answer)
     return ids, mask, labels
+
+
+def _token_mean_loss(model, tokenizer, parts: list[list[tuple[str, str]]]) -> torch.Tensor:
+    """The mean token loss over every part's responses, each part padded on its own."""
+    total, tokens = 0.0, 0
+    for part in (p for p in parts if p):
+        ids, mask, labels = sft_batch(tokenizer, part)
+        n = int((labels[:, 1:] != -100).sum())  # the causal shift: a row's first label is never predicted
+        total = total + model(input_ids=ids, attention_mask=mask, labels=labels).loss * n
+        tokens += n
+    return total / tokens
 
 
 def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> list[float]:
@@ -239,10 +319,29 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
     model.train()
     losses = []
     start = time.time()
+    # styles and few-shot rows draw from their own generator: a one-style zero-shot warm-up
+    # (every model built before them) sees the same batches as before
+    extra_rng = random.Random(config.seed + 5)
+    styles = config.addition.styles if config.task == "addition" else (None,)
+    pool = (
+        FewShotPool(config, lambda t: len(tokenizer(t, add_special_tokens=False)["input_ids"]))
+        if config.fewshot_share
+        else None
+    )
     for step in range(config.sft_steps):
         problems = config.sample_problems(config.sft_batch_size, rng.randrange(2**31))
-        ids, mask, labels = sft_batch(tokenizer, problems, config.solution_text)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        if len(styles) > 1 or pool is not None:
+            rows = [(p.question, config.solution_text(p, extra_rng.choice(styles))) for p in problems]
+            shots = 0
+            if pool is not None:
+                shots = sum(extra_rng.random() < config.fewshot_share for _ in rows)
+                rows[:shots] = pool.rows(shots, seed=extra_rng.randrange(2**31))
+            problems = rows
+        if pool is None:
+            ids, mask, labels = sft_batch(tokenizer, problems, config.solution_text)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        else:  # few-shot rows apart: padded to their own width, not the zero-shot rows' too
+            loss = _token_mean_loss(model, tokenizer, [problems[:shots], problems[shots:]])
         opt.zero_grad()
         loss.backward()
         opt.step()
