@@ -92,6 +92,13 @@ def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int =
     return float(stat(arr)), float(np.percentile(resampled, 2.5)), float(np.percentile(resampled, 97.5))
 
 
+def base_setting(name: str):
+    """The learning setting (`learning.LearningSetting()`) or the premise testbed (`testbed.SETTING`)."""
+    from xrpo_verl.local import learning, testbed
+
+    return testbed.SETTING if name == "testbed" else learning.LearningSetting()
+
+
 def run_one(method: str, seed: int, args) -> Path:
     from xrpo_verl.local import learning
     from xrpo_verl.local.launch import launch
@@ -103,7 +110,7 @@ def run_one(method: str, seed: int, args) -> Path:
         import shutil
 
         shutil.rmtree(out)  # an interrupted run starts again: the file logger appends
-    setting = replace(learning.LearningSetting(), steps=args.steps, lr=args.lr, val_samples=args.k)
+    setting = replace(base_setting(args.setting), steps=args.steps, lr=args.lr, val_samples=args.k)
     run = learning.cpu_run(out, setting, save_freq=args.steps)
     extra = [*learning.validation_overrides(setting, args.val_every), f"data.seed={seed}"]
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
@@ -351,10 +358,8 @@ def check_model(out: Path, setting) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xrpo_verl.local import learning
-
-    defaults = learning.LearningSetting()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--setting", choices=("learning", "testbed"), default="learning", help="the task and model")
     p.add_argument(
         "--methods",
         nargs="+",
@@ -362,20 +367,24 @@ def main(argv: list[str] | None = None) -> int:
         help="xrpo_verl/local/recipes/<method>.yaml names",
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--steps", type=int, default=defaults.steps)
-    p.add_argument("--k", type=int, default=defaults.val_samples, help="validation samples per problem")
-    p.add_argument("--lr", type=float, default=defaults.lr, help="actor learning rate (the learning setting's)")
+    p.add_argument("--steps", type=int, default=None, help="default: the setting's")
+    p.add_argument("--k", type=int, default=None, help="validation samples per problem (default: the setting's)")
+    p.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the setting's)")
     p.add_argument("--val-every", type=int, default=10)
     p.add_argument("--target", type=float, default=0.45, help="held-out mean@k that counts as converged")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--out", default="outputs/convergence")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
+    defaults = base_setting(args.setting)
+    args.steps = defaults.steps if args.steps is None else args.steps
+    args.k = defaults.val_samples if args.k is None else args.k
+    args.lr = defaults.lr if args.lr is None else args.lr
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     before_path = out / "before.json"
     if not args.report_only:
-        setting = replace(defaults, val_samples=args.k)
+        setting = replace(base_setting(args.setting), val_samples=args.k)
         check_model(out, setting)
         if not before_path.exists():
             before_path.write_text(json.dumps(measure(None, setting, seed=0)))

@@ -163,7 +163,7 @@ class TinyModelConfig:
         """Longest warm-up response in tokens, with room to spare (digits are one token each)."""
         if self.task == "code":
             return 48
-            per_column = 12 if self.addition.styles == ("columns",) else 20  # 'words' names each column
+        per_column = 12 if self.addition.styles == ("columns",) else 20  # 'words' names each column
         return 24 if self.task == "arith" else per_column * (self.addition.max_digits + 1) + 8
 
 
