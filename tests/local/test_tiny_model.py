@@ -56,10 +56,12 @@ def test_default_tiny_model_has_about_5m_parameters():
 
 def test_few_shot_rows_are_xrpo_icl_prompts_of_retrieved_neighbours_in_one_style():
     """The warm-up's few-shot prompts are what XRPO's ICL seeding writes (real MiniLM retrieval)."""
+    from dataclasses import replace
+
     from xrpo_verl import icl
     from xrpo_verl.local import addition, testbed
 
-    pool = tiny_model.FewShotPool(testbed.MODEL, count_tokens=len, pool=40)
+    pool = tiny_model.FewShotPool(replace(testbed.MODEL, fewshot_pool=40), count_tokens=len)
     assert all(len(n) == testbed.MODEL.fewshot_k and i not in n for i, n in enumerate(pool.neighbours))
     for user, target in pool.rows(12, seed=1):
         assert user.startswith(icl.ICL_HEADER) and user.count("Problem: ") == 2
@@ -91,3 +93,27 @@ def test_token_mean_loss_over_parts_equals_one_padded_batch():
         tiny_model._token_mean_loss(model, tok, [rows[:1]]) + tiny_model._token_mean_loss(model, tok, [rows[1:]])
     ) / 2
     assert naive.item() != pytest.approx(whole.item(), rel=1e-3)
+
+
+def test_a_two_style_few_shot_model_builds(tmp_path):
+    """The premise testbed's kind of model, at toy size: both styles and few-shot rows in the warm-up."""
+    from dataclasses import replace
+
+    from xrpo_verl.local import testbed
+
+    config = replace(
+        testbed.MODEL,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        sft_steps=2,
+        sft_batch_size=8,
+        fewshot_share=0.5,
+        fewshot_pool=40,
+    )
+    assert config.key != testbed.MODEL.key
+    out = tiny_model.build(config, root=tmp_path, verbose=False)
+    meta = json.loads((out / tiny_model.DONE_MARKER).read_text())
+    assert meta["config"]["addition"]["styles"] == ["columns", "words"] and meta["config"]["fewshot_pool"] == 40
+    tok = AutoTokenizer.from_pretrained(out)
+    assert len(tok.tokenize("Here are examples of solved problems.")) < 10  # the template's words are tokens

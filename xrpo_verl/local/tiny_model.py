@@ -97,6 +97,8 @@ class TinyModelConfig:
     (task 'addition'; examples and target in one style)"""
     fewshot_k: int = 2
     """solved examples in a few-shot warm-up prompt (XRPO's K)"""
+    fewshot_pool: int = 2000
+    """problems the few-shot examples are retrieved from (disjoint from nothing: warm-up data)"""
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
@@ -129,7 +131,7 @@ class TinyModelConfig:
         if not self.sft_schedule_steps:
             del fields["sft_schedule_steps"]
         if not self.fewshot_share:  # fields added with the premise testbed: older models keep their key
-            del fields["fewshot_share"], fields["fewshot_k"]
+            del fields["fewshot_share"], fields["fewshot_k"], fields["fewshot_pool"]
         if "addition" in fields and self.addition.styles == ("columns",):
             del fields["addition"]["styles"]
         extra = {}
@@ -233,13 +235,13 @@ class FewShotPool:
     similarity ceiling) returns, rendered by `icl.render_icl_prompt`: the prompts the RL run's ICL
     seeding will write, with the model's own kind of solutions in them."""
 
-    def __init__(self, config: TinyModelConfig, count_tokens, pool: int = 2000) -> None:
+    def __init__(self, config: TinyModelConfig, count_tokens) -> None:
         from xrpo_verl import icl
         from xrpo_verl.config import ICLConfig
         from xrpo_verl.embeddings import get_embedder
 
         self.config, self.count_tokens, cfg = config, count_tokens, ICLConfig()
-        self.problems = list(dict.fromkeys(config.sample_problems(pool, config.seed + 4)))
+        self.problems = list(dict.fromkeys(config.sample_problems(config.fewshot_pool, config.seed + 4)))
         corpus = icl.ICLCorpus(get_embedder(), per_prompt=1)
         ids = [str(i) for i in range(len(self.problems))]
         for pid, p in zip(ids, self.problems, strict=True):
