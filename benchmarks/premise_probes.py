@@ -27,8 +27,11 @@ OUT = Path(__file__).parent / "premises"
 SMOL_TASK = "What is {a} + {b}? Give the final answer as \\boxed{{answer}}."
 
 
-def tiny_subject(name: str, n_train: int, n_heldout: int):
-    """(model, tokenizer, render, train problems, held-out problems, style, max_new_tokens, prefix settings)."""
+def tiny_subject(name: str, n_train: int, n_heldout: int, overrides: dict | None = None):
+    """(model, tokenizer, render, train problems, held-out problems, style, max_new_tokens, style prefixes);
+    `overrides`: TinyModelConfig fields replaced in the setting's model (a variant to try)."""
+    from dataclasses import replace
+
     from transformers import AutoTokenizer
 
     from xrpo_verl.eval.premises import Problem
@@ -36,6 +39,8 @@ def tiny_subject(name: str, n_train: int, n_heldout: int):
     from xrpo_verl.local.arith import compute_score
 
     setting = testbed.SETTING if name == "testbed" else learning.LearningSetting()
+    if overrides:
+        setting = replace(setting, model=replace(setting.model, **overrides))
     model_dir = tiny_model.build(setting.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = learning.load_actor(model_dir)
@@ -52,6 +57,12 @@ def tiny_subject(name: str, n_train: int, n_heldout: int):
             lambda text, a=str(s.answer): compute_score(addition.DATA_SOURCE, text, a)["score"],
         )
 
+    # a style is forced by its response's first tokens, which tell nothing of the answer
+    force = {
+        "columns": [f"{s.a % 10}+" for s in heldout],
+        "words": ["ones:" for _ in heldout],
+    }
+    force = {k: v for k, v in force.items() if k in setting.model.addition.styles}
     return (
         model,
         tok,
@@ -60,6 +71,7 @@ def tiny_subject(name: str, n_train: int, n_heldout: int):
         [problem("h", i, s) for i, s in enumerate(heldout)],
         addition.style_of,
         setting.max_response_length,
+        force,
     )
 
 
@@ -110,6 +122,7 @@ def smol_subject(n_train: int, n_heldout: int):
         [problem("h", i, a, b) for i, (a, b) in enumerate(heldout)],
         style,
         96,
+        {},  # no prefix forces a style without also starting the answer
     )
 
 
@@ -127,13 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", type=int, default=200, help="training problems (corpus, all-fail prompts)")
     ap.add_argument("--heldout", type=int, default=200, help="held-out problems (spread, styles)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--max-prompt-length",
+        type=int,
+        default=None,
+        help="the RL run's prompt cap (default: the CPU XRPO recipes' 208; 1024 for SmolLM2)",
+    )
+    ap.add_argument("--model-set", nargs="*", default=[], help="tiny model fields to vary, e.g. fewshot_share=0.5")
     args = ap.parse_args(argv)
+    overrides = {k: json.loads(v) for k, v in (x.split("=", 1) for x in args.model_set)}
     torch.manual_seed(args.seed)
     start = time.time()
     if args.subject == "smollm2":
-        model, tok, render, train, heldout, style, max_new = smol_subject(args.train, args.heldout)
+        model, tok, render, train, heldout, style, max_new, force = smol_subject(args.train, args.heldout)
     else:
-        model, tok, render, train, heldout, style, max_new = tiny_subject(args.subject, args.train, args.heldout)
+        model, tok, render, train, heldout, style, max_new, force = tiny_subject(
+            args.subject, args.train, args.heldout, overrides
+        )
     sampler = P.Sampler(model, tok, render, max_new, chunk=256 if args.subject != "smollm2" else 64)
 
     def log(msg: str) -> None:
@@ -149,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         f"collapsed {p3.pass_at_k_collapsed}"
     )
 
+    forced = {
+        name: P.forced_pass_at_k(P.rates(heldout, sampler.sample([p.user for p in heldout], args.k, pre), pre))
+        for name, pre in force.items()
+    }
+    if forced:
+        log(f"P3 forced pass@{args.k} {forced} (mix {sum(r > 0 for r in held_rates) / len(held_rates):.3f})")
+
     train_groups = sampler.sample([p.user for p in train], args.k)
     train_rates = P.rates(train, train_groups)
     embedder = get_embedder()
@@ -163,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
+    cap = args.max_prompt_length or (1024 if args.subject == "smollm2" else 208)
+    budget = icl.user_turn_budget(count(render("")), cap)
     decisions = [
         icl.icl_decision(
             corpus,
@@ -170,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             prompt_id=train[i].prompt_id,
             prompt_text=train[i].user,
             count_tokens=count,
-            max_prompt_tokens=1024,
+            max_prompt_tokens=budget,
         )
         for i in fail
     ]
@@ -208,13 +240,19 @@ def main(argv: list[str] | None = None) -> int:
 
     record = {
         "subject": args.subject,
+        "model_set": overrides,
         "k": args.k,
         "train_problems": len(train),
         "heldout_problems": len(heldout),
         "seed": args.seed,
         "P1": asdict(p1),
-        "P2": {**asdict(p2), "all_fail": len(fail), "with_icl_prompt": len(seeded)},
-        "P3": {k: v for k, v in asdict(p3).items() if k != "per_problem"} | {"collapse_cost": p3.collapse_cost},
+        "P2": {**asdict(p2), "all_fail": len(fail), "with_icl_prompt": len(seeded), "user_turn_budget": budget},
+        "P3": {k: v for k, v in asdict(p3).items() if k != "per_problem"}
+        | {
+            "collapse_cost": p3.collapse_cost,
+            "forced_pass_at_k": forced,
+            "mix_pass_at_k": sum(r > 0 for r in held_rates) / len(held_rates),
+        },
         "P4": {**asdict(p4), "all_fail": len(fail), "with_prefix": len(with_prefix)},
         "examples": {
             "icl_prompt": seeded[0][1].text if seeded else None,
@@ -223,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.time() - start),
     }
     OUT.mkdir(exist_ok=True)
-    path = OUT / f"{args.subject}.json"
+    path = OUT / (args.subject + "".join(f"-{k}={v}" for k, v in overrides.items()) + ".json")
     path.write_text(json.dumps(record, indent=1))
     log(f"wrote {path}")
     return 0

@@ -18,6 +18,9 @@ P3 styles that matter (ExTra's novelty bonus, pass@k), given `style(text) -> nam
     collapse: with p_{q,j} = correct / samples of q in style j (q with no sample in j count 0),
     pass@k of the mix = mean_q [1 - C(k_q - c_q, k) / C(k_q, k)] (the unbiased estimator), and of
     a policy that kept style j only: mean_q [1 - (1 - p_{q,j})^k]; cost = mix - max_j collapsed.
+    1 - (1 - p)^k is concave, so from a few samples per style it comes out low and the cost high;
+    where a style can be forced by a response prefix (`forced_pass_at_k`), k samples of each style
+    measure it directly: collapsed_j = mean_q [any of q's k forced samples correct].
 P4 prefixes worth keeping (ExTra's regeneration), on F: b* = ExTra's choice over q's k failed
     samples (`prefix.group_candidates` + `prefix.select_prefix`, MiniLM embeddings of the prefix
     texts, the recipe's settings); k continuations of prompt + b*, against P2's k fresh samples:
@@ -228,7 +231,7 @@ def styles(problems: Sequence[Problem], groups: Sequence[Sequence[Sample]], styl
             per_problem[j].append(sum(tried) / len(tried) if tried else 0.0)
     total = sum(correct_styles.values())
     shares = {j: correct_styles[j] / total if total else 0.0 for j in names}
-    entropy = -sum(s * math.log2(s) for s in shares.values() if s > 0)
+    entropy = 0.0 - sum(s * math.log2(s) for s in shares.values() if s > 0)  # 0.0 -: no "-0.0"
     collapsed = {j: statistics.fmean(1 - (1 - r) ** k for r in per_problem[j]) for j in names}
     return Styles(shares, entropy, only, statistics.fmean(mix), collapsed, k, unclassified, per_problem)
 
@@ -264,3 +267,10 @@ def chosen_prefixes(
         choice = prefix.select_prefix(np.array([c.score for c in cands]), encode(texts), tau=tau)
         out.append(texts[choice.index])
     return out
+
+
+def forced_pass_at_k(forced_rates: Sequence[float]) -> float:
+    """P3, forced: the share of problems with a correct sample among k samples forced into one style."""
+    if not forced_rates:
+        raise ValueError("forced_pass_at_k needs at least one problem")
+    return sum(r > 0 for r in forced_rates) / len(forced_rates)
