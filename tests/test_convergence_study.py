@@ -84,3 +84,16 @@ def test_check_model_refuses_runs_of_another_model(tmp_path, monkeypatch):
     (out / "model.json").write_text(json.dumps({**recorded, "weights_sha256": "0" * 64}))
     with pytest.raises(SystemExit, match="another model"):
         study.check_model(out, setting)
+
+
+def test_base_setting_selects_the_testbed_model():
+    from xrpo_verl.local import learning, testbed
+
+    assert study.base_setting("testbed") == testbed.SETTING
+    assert study.base_setting("learning") == learning.LearningSetting()
+    assert testbed.SETTING.model.key != learning.MODEL.key
+    # the testbed's two styles fit its response budget: a 3-digit sum in 'words' with room to spare
+    from xrpo_verl.local import addition
+
+    text = addition.solution_text(addition.Sum(999, 999), "words")
+    assert len(text) < testbed.SETTING.max_response_length

@@ -114,3 +114,9 @@ def test_sampler_returns_k_samples_with_one_entropy_per_token_and_continues_pref
             assert tok.eos_token_id not in s.token_ids
     # a random model spreads its mass: entropies near log |V|
     assert max(h for g in groups for s in g for h in s.entropies) > 0.5 * math.log(len(tok))
+
+
+def test_forced_pass_at_k_counts_problems_with_any_success():
+    assert P.forced_pass_at_k([0.0, 0.125, 1.0, 0.0]) == 0.5
+    with pytest.raises(ValueError):
+        P.forced_pass_at_k([])
