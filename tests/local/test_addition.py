@@ -67,3 +67,24 @@ def test_measurement_set_extends_the_heldout_set_without_training_problems():
     assert len({key(p) for p in measured}) == 120  # distinct, a+b and b+a counted once
     assert not {key(p) for p in measured} & {key(p) for p in train}
     assert learning.heldout_problems(setting) == heldout
+
+
+def test_family_offsets_enter_the_ones_column_and_the_answer():
+    config = addition.AdditionConfig(families=4, known_families=2)
+    offsets = addition.family_offsets(config)
+    assert list(offsets) == list(addition.FAMILY_NAMES[:4]) and all(1 <= c <= 9 for c in offsets.values())
+    p = addition.Sum(347, 285, "zork", 3)
+    assert p.question == "zork: 347+285=?" and p.answer == 635
+    assert addition.solution_text(p) == "7+5+3=15\n4+8+1=13\n3+2+1=6\n\\boxed{635}"
+    assert addition.solution_text(p, "words") == "ones: 5+7+3=15\ntens: 8+4+1=13\nhundreds: 2+3+1=6\n\\boxed{635}"
+    # an offset can carry 2 out of the ones column; the last column's total holds any final carry
+    assert addition.solution_text(addition.Sum(99, 9, "blip", 9)) == "9+9+9=27\n9+0+2=11\n\\boxed{117}"
+    for q in addition.sample_problems(300, seed=4, config=config):
+        assert q.offset == offsets[q.family]
+        assert (
+            arith.compute_score(addition.DATA_SOURCE, addition.solution_text(q, "words"), str(q.answer))["score"] == 1
+        )
+    known = addition.known_family_problems(100, seed=5, config=config)
+    assert {q.family for q in known} == set(addition.FAMILY_NAMES[:2])
+    with pytest.raises(ValueError, match="known_families"):
+        addition.AdditionConfig(families=2, known_families=3)

@@ -55,22 +55,41 @@ def test_default_tiny_model_has_about_5m_parameters():
 
 
 def test_few_shot_rows_are_xrpo_icl_prompts_of_retrieved_neighbours_in_one_style():
-    """The warm-up's few-shot prompts are what XRPO's ICL seeding writes (real MiniLM retrieval)."""
+    """The warm-up's few-shot prompts are what XRPO's ICL seeding writes (real MiniLM retrieval):
+    examples in the target's style and, for a family, with the target's offset; a known family's
+    offset is its own, an unknown one's changes from prompt to prompt (read from context only)."""
+    import re
     from dataclasses import replace
 
     from xrpo_verl import icl
     from xrpo_verl.local import addition, testbed
 
-    pool = tiny_model.FewShotPool(replace(testbed.MODEL, fewshot_pool=40), count_tokens=len)
-    assert all(len(n) == testbed.MODEL.fewshot_k and i not in n for i, n in enumerate(pool.neighbours))
-    for user, target in pool.rows(12, seed=1):
+    config = replace(testbed.MODEL, fewshot_pool=60)
+    pool = tiny_model.FewShotPool(config, count_tokens=len)
+    assert all(len(n) == config.fewshot_k and i not in n for i, n in enumerate(pool.neighbours))
+    offsets = addition.family_offsets(config.addition)
+    known = set(addition.FAMILY_NAMES[: config.addition.known_families])
+    seen_unknown: dict[str, set[int]] = {}
+    same_family = 0
+    for user, target in pool.rows(200, seed=1):
         assert user.startswith(icl.ICL_HEADER) and user.count("Problem: ") == 2
-        question = user.rsplit("\n", 1)[1]
-        problem = next(p for p in pool.problems if p.question == question)
+        family, a, b = re.fullmatch(r"(\w+): (\d+)\+(\d+)=\?", user.rsplit("\n", 1)[1]).groups()
         style = addition.style_of(target)
-        assert target == addition.solution_text(problem, style)
-        shown = [block.split("\n", 1)[0] for block in user.split("Solution: ")[1:]]
-        assert {addition.style_of(x) for x in shown} == {style}  # examples in the target's style
+        offset = int(re.search(r"\\boxed\{(\d+)\}", target).group(1)) - int(a) - int(b)
+        assert target == addition.solution_text(addition.Sum(int(a), int(b), family, offset), style)
+        blocks = [x.split("\nSolution: ") for x in user.split("Problem: ")[1:]]
+        assert {addition.style_of(sol) for _, sol in blocks} == {style}
+        for question, sol in blocks:
+            if question.startswith(family + ":"):
+                same_family += 1
+                shown = sol.split("\n", 1)[0].split("=")[0].split("+")
+                assert int(shown[2]) == offset  # the example shows the target's offset
+        if family in known:
+            assert offset == offsets[family]
+        else:
+            seen_unknown.setdefault(family, set()).add(offset)
+    assert same_family > 300  # MiniLM retrieves the query's own family (the name leads the prompt)
+    assert max(len(v) for v in seen_unknown.values()) > 1  # an unknown family's offset is not fixed
 
 
 def test_token_mean_loss_over_parts_equals_one_padded_batch():

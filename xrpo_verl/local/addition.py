@@ -23,7 +23,17 @@ names each column and adds the second operand's digit first:
     \\boxed{632}
 
 Its column facts are other token sequences than `columns`' (`5+7` is not `7+5`), so a model taught
-both learns them apart and the two styles fail on different problems.
+both learns them apart.
+
+Families (`AdditionConfig.families > 0`; XRPO's ICL premise): each problem belongs to a named family,
+`zork: 347+285=?`, whose hidden offset c_f in 1..9 is added in the ones column (`7+5+3=15`, answer
+a + b + c_f). The model's warm-up shows the offsets of the first `known_families` zero-shot; the
+others it sees only in few-shot prompts, where the examples' offset is the target's and changes
+from prompt to prompt: it learns to read an offset from solved examples, as an LLM learns a
+problem type's convention from worked examples, and zero-shot can only guess it. MiniLM retrieves
+prompts of the query's own family (the name leads the prompt), so XRPO's corpus holds the examples
+that reveal it; RL can also learn an offset from lucky guesses, which carries to every problem of
+the family.
 """
 
 import random
@@ -36,6 +46,10 @@ DATA_SOURCE = "xrpo_addition"
 STYLES = ("columns", "words")
 PLACES = ("ones", "tens", "hundreds", "thousands", "ten-thousands", "hundred-thousands", "millions")
 PLACES += ("ten-millions", "hundred-millions")
+FAMILY_NAMES = (
+    "zork", "blip", "quax", "frob", "mimsy", "tove", "snark", "glorp", "vexa", "dunn", "pell", "krin",
+    "wump", "yarl", "fizz", "nobb", "trel", "gax", "hoon", "lorp", "skiv", "brum", "cale", "drix",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -48,8 +62,17 @@ class AdditionConfig:
     """most digits of an operand (each operand's length is drawn uniformly in [min_digits, max_digits])"""
     styles: tuple[str, ...] = ("columns",)
     """solution styles the warm-up teaches, each equally often (`STYLES`)"""
+    families: int = 0
+    """named families of problems, each with a hidden offset (0: plain sums)"""
+    known_families: int = 0
+    """families whose offset the zero-shot warm-up shows (the first ones); the rest only in context"""
 
     def __post_init__(self):
+        if not 0 <= self.known_families <= self.families <= len(FAMILY_NAMES):
+            raise ValueError(
+                f"need 0 <= known_families <= families <= {len(FAMILY_NAMES)}, "
+                f"got {self.known_families}, {self.families}"
+            )
         if not 1 <= self.min_digits <= self.max_digits <= 9:
             raise ValueError(f"need 1 <= min_digits <= max_digits <= 9, got {self.min_digits}, {self.max_digits}")
         bad = [s for s in self.styles if s not in STYLES]
@@ -57,18 +80,26 @@ class AdditionConfig:
             raise ValueError(f"styles {list(self.styles)} invalid: choose distinct names from {list(STYLES)}")
 
 
+def family_offsets(config: AdditionConfig, seed: int = 0) -> dict[str, int]:
+    """The hidden offset c_f in 1..9 of each family (fixed by the seed)."""
+    rng = random.Random(f"families-{seed}")
+    return {name: rng.randint(1, 9) for name in FAMILY_NAMES[: config.families]}
+
+
 @dataclass(frozen=True)
 class Sum:
     a: int
     b: int
+    family: str = ""  # "" for a plain sum
+    offset: int = 0  # the family's c_f, added in the ones column
 
     @property
     def answer(self) -> int:
-        return self.a + self.b
+        return self.a + self.b + self.offset
 
     @property
     def question(self) -> str:
-        return f"{self.a}+{self.b}=?"
+        return f"{self.family}: {self.a}+{self.b}=?" if self.family else f"{self.a}+{self.b}=?"
 
 
 def solution_text(problem: Sum, style: str = "columns") -> str:
@@ -82,9 +113,10 @@ def solution_text(problem: Sum, style: str = "columns") -> str:
     lines, carry = [], 0
     for i in range(max(len(a), len(b))):
         x, y = int(a[i]) if i < len(a) else 0, int(b[i]) if i < len(b) else 0
-        total = x + y + carry
+        extra = problem.offset if i == 0 else carry  # a family's offset enters the ones column
+        total = x + y + extra
         first, second = (x, y) if style == "columns" else (y, x)
-        line = f"{first}+{second}" + ("+1" if carry else "") + f"={total}"
+        line = f"{first}+{second}" + (f"+{extra}" if extra else "") + f"={total}"
         lines.append(line if style == "columns" else f"{PLACES[i]}: {line}")
         carry = total // 10
     return "\n".join(lines) + f"\n\\boxed{{{problem.answer}}}"
@@ -107,7 +139,19 @@ def sample_problems(n: int, seed: int, config: AdditionConfig = AdditionConfig()
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     rng = random.Random(seed)
-    return [Sum(_operand(rng, config), _operand(rng, config)) for _ in range(n)]
+    if not config.families:
+        return [Sum(_operand(rng, config), _operand(rng, config)) for _ in range(n)]
+    offsets = family_offsets(config)
+    names = list(offsets)
+    return [Sum(_operand(rng, config), _operand(rng, config), f, offsets[f]) for f in rng.choices(names, k=n)]
+
+
+def known_family_problems(n: int, seed: int, config: AdditionConfig) -> list[Sum]:
+    """`n` problems of the known families only (the zero-shot warm-up's)."""
+    rng = random.Random(seed)
+    offsets = family_offsets(config)
+    names = list(offsets)[: config.known_families]
+    return [Sum(_operand(rng, config), _operand(rng, config), f, offsets[f]) for f in rng.choices(names, k=n)]
 
 
 def verl_rows(problems: list[Sum], split: str) -> list[dict]:

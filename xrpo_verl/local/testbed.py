@@ -6,6 +6,11 @@ each exploration mechanism is built on (issue 24; measured by `benchmarks/premis
 - A few-shot warm-up (`tiny_model.FewShotPool`): a share of the warm-up prompts are XRPO's own ICL
   prompts, neighbours retrieved by MiniLM as the RL run's corpus will, as pretraining's few-shot
   text teaches every real LLM to use its context (XRPO's ICL premise).
+- Families of problems with a convention that only examples reveal (`addition` "Families"): half
+  of them the warm-up shows zero-shot, the other half only in few-shot prompts, so on those the
+  model must guess zero-shot and can read the answer's offset from XRPO's retrieved examples.
+  This is what the testbed was built to have (XRPO's ICL premise, P2), not a finding about the
+  model; the learning setting's task, without families, is the control.
 - A vocabulary that holds the ICL template's words, and room for its prompts.
 """
 
@@ -18,7 +23,7 @@ MODEL = tiny_model.TinyModelConfig(
     task="addition",
     vocab_size=512,
     max_positions=512,
-    addition=addition.AdditionConfig(styles=addition.STYLES),
+    addition=addition.AdditionConfig(styles=addition.STYLES, families=16, known_families=8),
     fewshot_share=0.3,
     sft_steps=300,
     sft_schedule_steps=900,

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -152,6 +152,12 @@ class TinyModelConfig:
             return code_task.sample_problems(n, seed, self.code)
         return arith.sample_problems(n, seed, self.arith)
 
+    def warmup_problems(self, n: int, seed: int) -> list:
+        """The zero-shot warm-up's problems: those of the task, of the known families only if it has families."""
+        if self.task == "addition" and self.addition.families:
+            return addition_task.known_family_problems(n, seed, self.addition)
+        return self.sample_problems(n, seed)
+
     def solution_text(self, problem, style: str | None = None) -> str:
         """The warm-up's target response for `problem` (task 'addition': in `style`, default the first)."""
         if self.task == "code":
@@ -256,18 +262,22 @@ class FewShotPool:
         from xrpo_verl import icl
 
         rng = random.Random(seed)
+        known = set(addition_task.FAMILY_NAMES[: self.config.addition.known_families])
         out = []
         for _ in range(n):
             i = rng.randrange(len(self.problems))
             style = rng.choice(self.config.addition.styles)
+            target, shown = self.problems[i], [self.problems[j] for j in self.neighbours[i]]
+            if getattr(target, "family", "") and target.family not in known:
+                # an unknown family's offset is whatever its examples show: read from context, never memorised
+                target = replace(target, offset=rng.randint(1, 9))
+                shown = [replace(p, offset=target.offset) if p.family == target.family else p for p in shown]
             shots = [
-                icl.ICLExample(
-                    str(j), self.problems[j].question, self.config.solution_text(self.problems[j], style), 0, 0
-                )
-                for j in self.neighbours[i]
+                icl.ICLExample(str(j), p.question, self.config.solution_text(p, style), 0, 0)
+                for j, p in zip(self.neighbours[i], shown, strict=True)
             ]
-            user = icl.render_icl_prompt(shots, self.problems[i].question, count_tokens=self.count_tokens).text
-            out.append((user, self.config.solution_text(self.problems[i], style)))
+            user = icl.render_icl_prompt(shots, target.question, count_tokens=self.count_tokens).text
+            out.append((user, self.config.solution_text(target, style)))
         return out
 
 
@@ -331,7 +341,7 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
         else None
     )
     for step in range(config.sft_steps):
-        problems = config.sample_problems(config.sft_batch_size, rng.randrange(2**31))
+        problems = config.warmup_problems(config.sft_batch_size, rng.randrange(2**31))
         if len(styles) > 1 or pool is not None:
             rows = [(p.question, config.solution_text(p, extra_rng.choice(styles))) for p in problems]
             shots = 0
