@@ -25,7 +25,7 @@ MODEL = tiny_model.TinyModelConfig(
     max_positions=512,
     addition=addition.AdditionConfig(styles=addition.STYLES, families=16, known_families=8),
     fewshot_share=0.3,
-    sft_steps=300,
+    sft_steps=600,
     sft_schedule_steps=900,
 )
 
