@@ -97,3 +97,16 @@ def test_base_setting_selects_the_testbed_model():
 
     text = addition.solution_text(addition.Sum(999, 999), "words")
     assert len(text) < testbed.SETTING.max_response_length
+
+
+def test_family_split_pairs_changes_within_each_kind():
+    spec = importlib.util.spec_from_file_location(
+        "testbed_families", Path(__file__).parents[1] / "benchmarks" / "testbed_families.py"
+    )
+    fam = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fam)
+    parts = fam.split_changes([0.5, 1.0, 0.0, 0.25], [0.5, 0.75, 0.5, 0.25], [False, False, True, True])
+    q, before, after, change, se = parts["known"]
+    assert (q, before, after, change) == (2, 0.75, 0.625, -0.125)
+    assert se == pytest.approx(0.125)  # differences (0, -0.25): sd 0.177, / sqrt(2)
+    assert parts["unknown"][:4] == (2, 0.125, 0.375, 0.25)
