@@ -44,6 +44,8 @@ SERIES = (
     "xrpo/alloc/n_q/max",
     "xrpo/icl/triggers",
     "xrpo/icl/flips",
+    "xrpo/icl/zero_shot_flips",
+    "xrpo/icl/gate_share",
     "xrpo/sharpening/bonus_share",
     "xrpo/novelty/bonus_share",
     "xrpo/guided/injected",
