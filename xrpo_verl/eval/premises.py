@@ -100,8 +100,7 @@ class Sampler:
                     output_scores=True,
                     return_dict_in_generate=True,
                 )
-            logp = torch.stack(gen.scores, dim=1).float().log_softmax(-1)  # (rows, T, V)
-            entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+            entropy = torch.stack([_entropy(step) for step in gen.scores], dim=1)  # (rows, T), one step at a time
             for r in range(len(texts)):
                 group = []
                 for j in range(k):
@@ -112,6 +111,12 @@ class Sampler:
                     group.append(Sample(text, tuple(ids[:n]), tuple(entropy[row, :n].tolist())))
                 out.append(group)
         return out
+
+
+def _entropy(logits):
+    """H = -sum_v p_v log p_v over the last axis, from logits (-inf where a token is masked)."""
+    logp = logits.float().log_softmax(-1)
+    return -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
 
 
 def rates(problems: Sequence[Problem], groups: Sequence[Sequence[Sample]], prefixes: Sequence[str] | None = None):
