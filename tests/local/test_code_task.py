@@ -69,6 +69,10 @@ def test_tokenizer_config_keeps_other_tasks_cache_keys():
     # (which changed on purpose once since, when the build pinned the CPU kernels)
     assert TinyModelConfig().key == "ae5cc51e3fb4"
     assert TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600).key == "4c18b4ea8cab"
+    # ...and the premise testbed's fields (styles, families, few-shot warm-up) too, at their defaults
+    from xrpo_verl.local import code_rl
+
+    assert code_rl.MODEL.key == "687647743790"
     assert TinyModelConfig(task="code").key != TinyModelConfig(task="code", vocab_size=500).key
 
 

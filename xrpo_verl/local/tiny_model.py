@@ -132,8 +132,10 @@ class TinyModelConfig:
             del fields["sft_schedule_steps"]
         if not self.fewshot_share:  # fields added with the premise testbed: older models keep their key
             del fields["fewshot_share"], fields["fewshot_k"], fields["fewshot_pool"]
-        if "addition" in fields and self.addition.styles == ("columns",):
-            del fields["addition"]["styles"]
+        if "addition" in fields:  # fields added with the premise testbed, dropped at their defaults
+            for name, default in (("styles", ("columns",)), ("families", 0), ("known_families", 0)):
+                if getattr(self.addition, name) == default:
+                    del fields["addition"][name]
         extra = {}
         if self.task == "code":
             extra["code_format"] = code_task.CODE_FORMAT
