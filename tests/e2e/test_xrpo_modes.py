@@ -135,13 +135,17 @@ def test_guided_rows_have_masked_prefixes_chosen_by_entropy(xrpo_extra):
 
 def test_icl_triggers_on_all_fail_prompts_with_whole_solutions(xrpo_extra, xrpo_run):
     """Step 1 has an empty corpus; once it holds successes, all-fail (hard) prompts get ICL prompts.
-    Hard prompts are beyond the tiny model, so flips stay 0 here; they are counted all the same."""
+    Hard prompts are beyond the tiny model, so flips stay 0 here; they are counted all the same.
+    Step 1 itself may bring no success (its few normal prompts all failing happens about 1% of
+    the time), so the corpus is checked before each step, not assumed full after step 1."""
     _, _, _, _, m_xe = xrpo_extra
     _, m_x = xrpo_run
-    assert m_xe[1]["xrpo/icl/triggers"] == 0 and m_xe[1]["xrpo/icl/corpus_size"] > 0
+    assert m_xe[1]["xrpo/icl/triggers"] == 0  # the corpus is empty when step 1's prompts are decided
+    assert max(m["xrpo/icl/corpus_size"] for m in m_xe.values()) > 0
     for m in (*m_xe.values(), *m_x.values()):
         assert m["xrpo/icl/fallback_no_fit"] == 0  # the rendered prompts fit the rollout's prompt cap
-    assert all(m_xe[s]["xrpo/icl/fallback_no_examples"] == 0 for s in range(2, STEPS + 1))
+    filled = [s for s in range(2, STEPS + 1) if m_xe[s - 1]["xrpo/icl/corpus_size"] > 0]
+    assert filled and all(m_xe[s]["xrpo/icl/fallback_no_examples"] == 0 for s in filled)
     assert _total(m_xe, "xrpo/icl/triggers") > 0
     assert _total(m_xe, "xrpo/icl/examples_whole") > 0  # whole verified solutions, answer included
 
