@@ -65,13 +65,13 @@ def test_few_shot_rows_are_xrpo_icl_prompts_of_retrieved_neighbours_in_one_style
     from xrpo_verl.local import addition, testbed
 
     config = replace(testbed.MODEL, fewshot_pool=60)
-    pool = tiny_model.FewShotPool(config, count_tokens=len)
+    pool = tiny_model.FewShotPool(config)
     assert all(len(n) == config.fewshot_k and i not in n for i, n in enumerate(pool.neighbours))
     offsets = addition.family_offsets(config.addition)
     known = set(addition.FAMILY_NAMES[: config.addition.known_families])
     seen_unknown: dict[str, set[int]] = {}
     same_family = 0
-    for user, target in pool.rows(200, seed=1):
+    for user, target in pool.rows(200, seed=1, count_tokens=len):
         assert user.startswith(icl.ICL_HEADER) and user.count("Problem: ") == 2
         family, a, b = re.fullmatch(r"(\w+): (\d+)\+(\d+)=\?", user.rsplit("\n", 1)[1]).groups()
         style = addition.style_of(target)

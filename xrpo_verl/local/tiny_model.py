@@ -111,9 +111,10 @@ class TinyModelConfig:
             )
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {list(TASKS)}, got {self.task!r}")
-        if not 0.0 <= self.fewshot_share <= 1.0 or self.fewshot_k < 1:
+        if not 0.0 <= self.fewshot_share <= 1.0 or self.fewshot_k < 1 or self.fewshot_pool <= self.fewshot_k:
             raise ValueError(
-                f"need 0 <= fewshot_share <= 1 and fewshot_k >= 1, got {self.fewshot_share}, {self.fewshot_k}"
+                "need 0 <= fewshot_share <= 1, fewshot_k >= 1 and fewshot_pool > fewshot_k; got "
+                f"{self.fewshot_share}, {self.fewshot_k}, {self.fewshot_pool}"
             )
         if self.fewshot_share and self.task != "addition":
             raise ValueError(f"fewshot_share is implemented for task 'addition' only, not {self.task!r}")
@@ -185,7 +186,7 @@ def chat_prompt(question: str) -> str:
     return f"{BOS}user\n{question}{EOS}\n{BOS}assistant\n"
 
 
-def build_tokenizer(config: TinyModelConfig):
+def build_tokenizer(config: TinyModelConfig, pool: "FewShotPool | None" = None):
     """Byte-level BPE trained on generated problems and solutions; digits are single tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -193,8 +194,8 @@ def build_tokenizer(config: TinyModelConfig):
     problems = config.sample_problems(4000, config.seed + 1)
     styles = config.addition.styles if config.task == "addition" else (None,)
     corpus = [chat_prompt(p.question) + config.solution_text(p, style) + EOS for p in problems for style in styles]
-    if config.fewshot_share:  # the ICL template's words become tokens, so its prompts stay short
-        corpus += [chat_prompt(user) + EOS for user, _ in FewShotPool(config, count_tokens=len).rows(200, seed=0)]
+    if pool is not None:  # the ICL template's words become tokens, so its prompts stay short
+        corpus += [chat_prompt(user) + EOS for user, _ in pool.rows(200, seed=0, count_tokens=len)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -243,12 +244,12 @@ class FewShotPool:
     similarity ceiling) returns, rendered by `icl.render_icl_prompt`: the prompts the RL run's ICL
     seeding will write, with the model's own kind of solutions in them."""
 
-    def __init__(self, config: TinyModelConfig, count_tokens) -> None:
+    def __init__(self, config: TinyModelConfig) -> None:
         from xrpo_verl import icl
         from xrpo_verl.config import ICLConfig
         from xrpo_verl.embeddings import get_embedder
 
-        self.config, self.count_tokens, cfg = config, count_tokens, ICLConfig()
+        self.config, cfg = config, ICLConfig()
         self.problems = list(dict.fromkeys(config.sample_problems(config.fewshot_pool, config.seed + 4)))
         corpus = icl.ICLCorpus(get_embedder(), per_prompt=1)
         ids = [str(i) for i in range(len(self.problems))]
@@ -259,8 +260,9 @@ class FewShotPool:
         )
         self.neighbours = [[int(e.prompt_id) for e in exs] for exs in found]
 
-    def rows(self, n: int, seed: int) -> list[tuple[str, str]]:
-        """`n` (user turn, target response) pairs; examples and target share a style."""
+    def rows(self, n: int, seed: int, count_tokens) -> list[tuple[str, str]]:
+        """`n` (user turn, target response) pairs; examples and target share a style.
+        `count_tokens`: text -> tokens, for `render_icl_prompt`'s length rule."""
         from xrpo_verl import icl
 
         rng = random.Random(seed)
@@ -278,7 +280,7 @@ class FewShotPool:
                 icl.ICLExample(str(j), p.question, self.config.solution_text(p, style), 0, 0)
                 for j, p in zip(self.neighbours[i], shown, strict=True)
             ]
-            user = icl.render_icl_prompt(shots, target.question, count_tokens=self.count_tokens).text
+            user = icl.render_icl_prompt(shots, target.question, count_tokens=count_tokens).text
             out.append((user, self.config.solution_text(target, style)))
         return out
 
@@ -317,7 +319,9 @@ def _token_mean_loss(model, tokenizer, parts: list[list[tuple[str, str]]]) -> to
     return total / tokens
 
 
-def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> list[float]:
+def warm_up(
+    model, tokenizer, config: TinyModelConfig, log_every: int = 100, pool: FewShotPool | None = None
+) -> list[float]:
     """Supervised warm-up; returns the loss per step."""
     rng = random.Random(config.seed + 2)
     opt = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.0)
@@ -337,11 +341,12 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
     # (every model built before them) sees the same batches as before
     extra_rng = random.Random(config.seed + 5)
     styles = config.addition.styles if config.task == "addition" else (None,)
-    pool = (
-        FewShotPool(config, lambda t: len(tokenizer(t, add_special_tokens=False)["input_ids"]))
-        if config.fewshot_share
-        else None
-    )
+    if pool is None and config.fewshot_share:
+        pool = FewShotPool(config)
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
     for step in range(config.sft_steps):
         problems = config.warmup_problems(config.sft_batch_size, rng.randrange(2**31))
         if len(styles) > 1 or pool is not None:
@@ -349,7 +354,7 @@ def warm_up(model, tokenizer, config: TinyModelConfig, log_every: int = 100) -> 
             shots = 0
             if pool is not None:
                 shots = sum(extra_rng.random() < config.fewshot_share for _ in rows)
-                rows[:shots] = pool.rows(shots, seed=extra_rng.randrange(2**31))
+                rows[:shots] = pool.rows(shots, seed=extra_rng.randrange(2**31), count_tokens=count_tokens)
             problems = rows
         if pool is None:
             ids, mask, labels = sft_batch(tokenizer, problems, config.solution_text)
@@ -418,9 +423,10 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
     if verbose:
         print(f"building tiny model {config.key} (seed {config.seed}) in {out}", flush=True)
     start = time.time()
-    tokenizer = build_tokenizer(config)
+    pool = FewShotPool(config) if config.fewshot_share else None  # MiniLM encodes the pool once
+    tokenizer = build_tokenizer(config, pool)
     model = build_model(config, tokenizer)
-    losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0)
+    losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0, pool=pool)
     # task 'code': the share of greedy responses equal to the reference program (a lower bound on AC)
     accuracy = greedy_accuracy(
         model, tokenizer, config.sample_problems(200, config.seed + 3), config.max_response_tokens
