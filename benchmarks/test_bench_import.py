@@ -4,7 +4,9 @@ verl imports every `verl.plugins` entry point inside `import verl`, in every pro
 (driver, TaskRunner, FSDP workers, rollout servers, agent-loop and reward workers). Each round
 times one fresh interpreter with the plugin, paired with one without it just before, so both see
 the same load; the median of the per-round ratios goes to extra_info["ratio_vs_without"], the
-number of verl modules loaded to extra_info["verl_modules"] (with, without).
+number of verl modules loaded to extra_info["verl_modules"] (with, without). The CPU case does the
+same with the CPU switch on (`XRPO_VERL_CPU=1`, the CPU entry point named in
+`VERL_USE_EXTERNAL_MODULES` as the launchers do), whose shims must not load verl's heavy modules.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import statistics
 import subprocess
 import sys
 
+import pytest
+
 ROUNDS = 5
 PROBE = (
     "import json, sys, time; t = time.perf_counter(); import verl; dt = time.perf_counter() - t; "
@@ -22,15 +26,22 @@ PROBE = (
 )
 
 
-def _import_verl(plugins: str) -> tuple[float, int]:
+CPU = {"XRPO_VERL_CPU": "1", "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register"}
+
+
+def _import_verl(plugins: str, cpu: bool = False) -> tuple[float, int]:
     env = {**os.environ, "VERL_USE_EXTERNAL_PLUGINS": plugins}
-    env.pop("XRPO_VERL_CPU", None)
+    for key in CPU:
+        env.pop(key, None)
+    if cpu:
+        env.update(CPU)
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
     seconds, modules = json.loads(out.stdout.strip().splitlines()[-1])
     return seconds, modules
 
 
-def test_import_verl_with_plugin_vs_without(benchmark):
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu_path", "cpu_switch"])
+def test_import_verl_with_plugin_vs_without(benchmark, cpu):
     without: list[tuple[float, int]] = []
     timed: list[tuple[float, int]] = []
 
@@ -38,7 +49,7 @@ def test_import_verl_with_plugin_vs_without(benchmark):
         without.append(_import_verl("none"))
 
     def target():
-        timed.append(_import_verl("auto"))
+        timed.append(_import_verl("auto", cpu))
 
     benchmark.pedantic(target, setup=setup, rounds=ROUNDS, iterations=1)
     ratios = [w[0] / b[0] for w, b in zip(timed, without)]

@@ -10,22 +10,33 @@ import torch
 
 # ---- the CPU switch ----------------------------------------------------------------------------
 _PROBE = """
-import json, verl
+import json, sys, verl
+# verl modules the shims patch or fill, but which `import verl` alone must not load: most processes
+# of a run never import them, and they cost each process seconds (after_import.py)
+LAZY = ("verl.utils.fsdp_utils", "verl.trainer.ppo.v1.replay_buffer", "verl.workers.rollout.replica",
+        "verl.workers.rollout.base")
+loaded_by_import_verl = [m for m in LAZY if m in sys.modules]
 from verl.plugin.platform import PlatformRegistry
 from verl.workers.rollout.base import _ROLLOUT_REGISTRY
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 import verl.utils.distributed as d
-print(json.dumps({"cpu_platform": "cpu" in PlatformRegistry.registered_names(),
-                  "hf_replica": "hf" in RolloutReplicaRegistry._registry,
-                  "hf_adapter": ("hf", "async") in _ROLLOUT_REGISTRY,
-                  "gloo_patch": getattr(d.initialize_global_process_group_ray, "_xrpo_cpu", False)}))
+import verl.utils.fsdp_utils as fsdp_utils
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+print(json.dumps({"flags": {"cpu_platform": "cpu" in PlatformRegistry.registered_names(),
+                            "hf_replica": "hf" in RolloutReplicaRegistry._registry,
+                            "hf_adapter": ("hf", "async") in _ROLLOUT_REGISTRY,
+                            "gloo_patch": getattr(d.initialize_global_process_group_ray, "_xrpo_cpu", False),
+                            "unpinned_offload": getattr(fsdp_utils.CPUOffloadPolicy, "_xrpo_cpu", False),
+                            "short_poll": getattr(ReplayBuffer._wait_for_next_poll, "_xrpo_cpu", False)},
+                  "loaded_by_import_verl": loaded_by_import_verl}))
 """
 
 
 @pytest.mark.parametrize("switch,expected,external", [("0", False, False), ("1", True, True), ("1", True, False)])
 def test_cpu_switch_controls_every_registration(switch, expected, external):
     """Off: `import verl` (which loads our entry points) leaves verl untouched. On: all in place,
-    through VERL_USE_EXTERNAL_MODULES as the launchers set it, or through the CPU entry point alone."""
+    through VERL_USE_EXTERNAL_MODULES as the launchers set it, or through the CPU entry point alone;
+    the patched modules are patched once something imports them, and `import verl` alone loads none."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -36,8 +47,9 @@ def test_cpu_switch_controls_every_registration(switch, expected, external):
         env["VERL_USE_EXTERNAL_MODULES"] = "xrpo_verl.local.register"
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    flags = json.loads(out.stdout.strip().splitlines()[-1])
-    assert flags == {k: expected for k in flags}
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["flags"] == {k: expected for k in seen["flags"]}
+    assert seen["loaded_by_import_verl"] == []  # patched when they load, not loaded to be patched
 
 
 def test_the_cpu_entry_point_loads_before_our_registrations():

@@ -73,7 +73,8 @@ print(json.dumps({
     "plugin_loaded": "xrpo_verl.verl_adapters.plugin" in sys.modules,
     "verl_modules": sorted(m for m in sys.modules if m.startswith("verl")),
     "ours_heavy": sorted(m for m in sys.modules if m.startswith("xrpo_verl.verl_adapters.")
-                         and m not in ("xrpo_verl.verl_adapters", "xrpo_verl.verl_adapters.plugin")),
+                         and m not in ("xrpo_verl.verl_adapters", "xrpo_verl.verl_adapters.plugin",
+                                       "xrpo_verl.verl_adapters.after_import")),
     "platform_chosen": pm._current_platform is not None,
 }))
 """

@@ -37,13 +37,20 @@ def _load_hf_replica():
 
 
 def register_hf_rollout() -> None:
-    """`rollout.name=hf` in both registries verl consults; hf_rollout.py loads only when used."""
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
+    """`rollout.name=hf` in both registries verl consults, each when verl loads it (the rollout
+    modules import transformers' model classes, which most processes of a run never need);
+    hf_rollout.py loads only when used."""
+    from xrpo_verl.verl_adapters.after_import import after_import
     from xrpo_verl.verl_adapters.verl_internals import rollout_registry
 
-    RolloutReplicaRegistry.register("hf", _load_hf_replica)
-    rollout_registry()[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"
+    def fill_replicas(replica) -> None:
+        replica.RolloutReplicaRegistry.register("hf", _load_hf_replica)
+
+    def fill_adapters(_base) -> None:
+        rollout_registry()[("hf", "async")] = "xrpo_verl.local.hf_rollout.HFServerAdapter"
+
+    after_import("verl.workers.rollout.replica", fill_replicas)
+    after_import("verl.workers.rollout.base", fill_adapters)
 
 
 if cpu_enabled() or vllm_cpu_enabled():

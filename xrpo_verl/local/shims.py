@@ -13,6 +13,7 @@ import os
 
 import torch
 
+from xrpo_verl.verl_adapters.after_import import after_import
 from xrpo_verl.verl_adapters.verl_internals import PINNED_VERL as SUPPORTED_VERL
 
 # The V1 ReplayBuffer polls TransferQueue every 2 s (trainer/ppo/v1/replay_buffer.py:144,409),
@@ -215,15 +216,13 @@ def _force_gloo() -> None:
         engine_workers.initialize_global_process_group_ray = initialize_gloo
 
 
-def _unpinned_offload_policy() -> None:
+def _unpinned_offload_policy(fsdp_utils) -> None:
     """Forward-only FSDP2 engines (the ref model) always get `CPUOffloadPolicy(pin_memory=True)`
     (workers/engine/fsdp/transformer_impl.py:459-462); pinning needs an accelerator and raises
     inside `fully_shard`. transformer_impl imports the name from utils/fsdp_utils.py, so replace
-    it there with a subclass that never pins.
+    it there, as soon as that module loads, with a subclass that never pins.
     """
     import sys
-
-    import verl.utils.fsdp_utils as fsdp_utils
 
     base = fsdp_utils.CPUOffloadPolicy
     if getattr(base, "_xrpo_cpu", False):
@@ -241,10 +240,9 @@ def _unpinned_offload_policy() -> None:
         impl.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
 
 
-def _short_replay_poll() -> None:
+def _short_replay_poll(replay_buffer) -> None:
     """trainer/ppo/v1/replay_buffer.py:409 sleeps `poll_interval` (2.0 s, not in config)."""
-    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-
+    ReplayBuffer = replay_buffer.ReplayBuffer
     original = ReplayBuffer._wait_for_next_poll
     if getattr(original, "_xrpo_cpu", False):
         return
@@ -310,5 +308,7 @@ def apply() -> None:
     _trl_value_head_guard()  # first: the imports below may load monkey_patch.py
     _register_platform()
     _force_gloo()
-    _unpinned_offload_policy()
-    _short_replay_poll()
+    # Patched when they load: most processes of a run (reward, agent-loop and TransferQueue
+    # workers) never import them, and importing them costs each process a second or two.
+    after_import("verl.utils.fsdp_utils", _unpinned_offload_policy)
+    after_import("verl.trainer.ppo.v1.replay_buffer", _short_replay_poll)
