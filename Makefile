@@ -10,8 +10,11 @@ RUNENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false \
 PYTEST_ARGS ?=
 # Two workers on the 2-core CI machine: a trainer launch idles for long stretches (Ray start-up,
 # a round draining) and the sandbox tests wait on containers. loadfile keeps a module on one worker,
-# so a module's shared trainer run happens once.
+# so a module's shared trainer run happens once. --no-loadscope-reorder keeps tests/conftest.py's
+# order (longest modules first); xdist's default would send the modules with fewest tests, the
+# trainer launches, last.
 TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup demo test test-fast lint format bench clean check-gpu-extra vllm-env vllm-lock test-vllm
 
@@ -34,11 +37,11 @@ demo: setup
 	$(RUNENV) $(PY) -m xrpo_verl.local.demo --task $(TASK) --sandbox $(SANDBOX)
 
 test: setup
-	$(RUNENV) $(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(RUNENV) $(PY) -m pytest tests $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 # The suite less its slow tests (trainer launches, model builds, fresh interpreters, Docker).
 test-fast: setup
-	$(RUNENV) $(PY) -m pytest tests -m "not slow and not docker" -n $(TEST_WORKERS) --dist loadfile --durations=10 $(PYTEST_ARGS)
+	$(RUNENV) $(PY) -m pytest tests -m "not slow and not docker" $(XDIST) --durations=10 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
