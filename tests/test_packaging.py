@@ -13,6 +13,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = r"""
@@ -37,6 +39,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_wheel_installed_elsewhere_runs_the_demo_entry_and_registers(tmp_path):
     # pip builds a local directory in place: build from a copy, so the checkout gets no build/.
     src = tmp_path / "src"

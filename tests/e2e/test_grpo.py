@@ -1,6 +1,7 @@
 """GRPO through verl's real V1 trainer (`python -m verl.trainer.main_ppo`) on CPU with the `hf`
 rollout, on the learning setting (xrpo_verl/local/learning.py): one 50-step run serves every
-assertion that needs a GRPO run, then one resumed step, and a short negative control.
+assertion that needs a GRPO run, then a resumed launch of two more steps that is also the weight
+sync's negative control.
 
 The CI guard on learning: the run must raise held-out accuracy, so a change that stops the model
 from learning (a broken advantage, loss sign, weight push, reward or data path) fails here.
@@ -14,7 +15,6 @@ below it about 1% of the time.
 """
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 BOUND = 0.03
 SAVE_EVERY = 25
+RESUMED_STEPS = 2
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +43,22 @@ def grpo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def resumed(grpo):
-    """The run continued by one step from its last checkpoint; returns its stdout."""
+    """The run continued by two steps from its last checkpoint, with the per-step weight push
+    disabled (cpu_nosync_control.py: only the push at start-up reaches the rollout server), so the
+    one launch tests the resume (step 51 runs on the restored weights) and the sync's negative
+    control (step 52 samples from weights one update old). Returns its stdout."""
     setting, run, _ = grpo
-    extra = ["data.seed=0", f"trainer.total_training_steps={setting.steps + 1}", "trainer.resume_mode=auto"]
-    result = launch.launch(run, "grpo", extra, timeout_s=900)
+    extra = ["data.seed=0", f"trainer.total_training_steps={setting.steps + RESUMED_STEPS}", "trainer.resume_mode=auto"]
+    result = launch.launch(
+        run,
+        "grpo",
+        extra,
+        timeout_s=900,
+        env_updates={
+            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register,cpu_nosync_control",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
+        },
+    )
     assert result.returncode == 0, result.stdout[-6000:]
     return result.stdout
 
@@ -94,26 +107,17 @@ def test_checkpoints_are_written_and_a_resume_continues_from_the_last(grpo, resu
         assert (ckpt / f"global_step_{step}" / "data.pt").exists()
     assert f"global_step_{setting.steps}" in resumed
     metrics = read_metrics(run.metrics_path)  # the file logger appends
-    assert sorted(metrics) == list(range(1, setting.steps + 2))  # only the one new step ran after the resume
+    last = setting.steps + RESUMED_STEPS
+    assert sorted(metrics) == list(range(1, last + 1))  # only the new steps ran after the resume
     assert metrics[setting.steps + 1]["training/rollout_probs_diff_max"] < 1e-4  # restored weights reached the server
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(setting.steps + 1)
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(last)
 
 
-def test_negative_control_without_weight_push_diverges(tmp_path):
-    """The same run with the per-step push disabled (cpu_nosync_control.py) and a large lr: the
-    step-2 metric must blow up, which shows the < 1e-4 bound above can fail."""
-    setting = replace(learning.LearningSetting(), steps=2, lr=1e-3)
-    run = learning.cpu_run(tmp_path, setting)
-    result = launch.launch(
-        run,
-        "grpo",
-        timeout_s=600,
-        env_updates={
-            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register,cpu_nosync_control",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
-        },
-    )
-    assert result.returncode == 0, result.stdout[-6000:]
+def test_negative_control_without_weight_push_diverges(grpo, resumed):
+    """The resumed launch pushes weights at start-up only: step 52 samples from weights one update
+    behind the actor's, and the metric must blow up, which shows the < 1e-4 bound above can fail
+    (a 2-step run at this lr measured ~0.2)."""
+    setting, run, _ = grpo
     metrics = read_metrics(run.metrics_path)
-    assert metrics[1]["training/rollout_probs_diff_max"] < 1e-4  # the initial push still happened
-    assert metrics[2]["training/rollout_probs_diff_max"] > 1e-2
+    assert metrics[setting.steps + 1]["training/rollout_probs_diff_max"] < 1e-4  # the start-up push happened
+    assert metrics[setting.steps + 2]["training/rollout_probs_diff_max"] > 1e-2

@@ -32,6 +32,7 @@ print(json.dumps({"flags": {"cpu_platform": "cpu" in PlatformRegistry.registered
 """
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 @pytest.mark.parametrize("switch,expected,external", [("0", False, False), ("1", True, True), ("1", True, False)])
 def test_cpu_switch_controls_every_registration(switch, expected, external):
     """Off: `import verl` (which loads our entry points) leaves verl untouched. On: all in place,

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 from xrpo_verl.local import tiny_model
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
     config = tiny_model.TinyModelConfig(
         hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=3, sft_batch_size=4
@@ -30,6 +31,7 @@ def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
         tiny_model.TinyModelConfig(hidden_size=30, num_heads=4)
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_build_pins_the_cpu_kernels_whatever_this_process_uses(tmp_path, monkeypatch):
     """A CPU with AVX-512 would otherwise warm up a different model from one with AVX2 only."""
     import torch
@@ -114,6 +116,7 @@ def test_token_mean_loss_over_parts_equals_one_padded_batch():
     assert naive.item() != pytest.approx(whole.item(), rel=1e-3)
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_a_two_style_few_shot_model_builds(tmp_path):
     """The premise testbed's kind of model, at toy size: both styles and few-shot rows in the warm-up."""
     from dataclasses import replace

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = r"""
 import json, sys
 import verl  # nothing of ours is imported explicitly
@@ -38,6 +40,7 @@ def _probe(**env_overrides):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_import_verl_alone_registers_every_name():
     seen = _probe()
     assert seen["plugin_loaded"], "the verl.plugins entry point was not loaded by `import verl`"
@@ -48,15 +51,18 @@ def test_import_verl_alone_registers_every_name():
     assert "xrpo" in seen["trainers"]
 
 
-def test_cpu_mode_registers_every_name_though_its_shims_load_verl_first():
-    """The CPU shims import verl's trainer package before the plugin's watcher exists, so the
-    registration runs at once, from inside the plugin's own import (it once skipped that, and
+@pytest.mark.slow  # a fresh interpreter or a model build
+def test_cpu_mode_registers_every_name_with_the_cpu_entry_point_loaded_first():
+    """The CPU entry point loads before ours and watches verl's imports too (after_import.py).
+    When its shims still imported verl's trainer package before the plugin's watcher existed, the
+    plugin had to register at once from inside its own import (it once skipped that, and
     main_ppo's TaskRunner failed with "Unknown trainer 'xrpo'")."""
     seen = _probe(XRPO_VERL_CPU="1", VERL_USE_EXTERNAL_MODULES="xrpo_verl.local.register")
     assert sorted(seen["registered"]) == sorted(seen["wanted"])
     assert "xrpo" in seen["trainers"] and {"xrpo", "extra", "xrpo_extra"} <= set(seen["adv_estimators"])
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_disabling_verl_plugins_removes_our_names():
     """Negative control: the names come from the entry point, not from some other import."""
     seen = _probe(VERL_USE_EXTERNAL_PLUGINS="none")
@@ -88,6 +94,7 @@ def _light(**env_overrides):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_import_verl_loads_no_more_of_verl_with_the_plugin():
     """Before: our entry point imported the trainer and agent loops, 171 verl modules instead of 23."""
     with_plugin, without = _light(), _light(VERL_USE_EXTERNAL_PLUGINS="none")
@@ -121,6 +128,7 @@ print(json.dumps({"before": before, "after": TRAINER_REGISTRY.get("xrpo") is tra
 """
 
 
+@pytest.mark.slow  # a fresh interpreter or a model build
 def test_importing_our_agent_loops_first_does_not_break_the_import():
     """Our agent loops import verl's trainer package, whose registration would import our trainer,
     which imports the half-done agent loops: the plugin must skip that and leave it to our trainer."""
