@@ -13,9 +13,19 @@ import sys
 
 import pytest
 
+# One fresh interpreter per environment serves every test of it: what `import verl` alone loaded,
+# then what the registries hold once verl loads them.
 PROBE = r"""
 import json, sys
 import verl  # nothing of ours is imported explicitly
+import verl.plugin.platform.platform_manager as pm
+light = {
+    "verl_modules": sorted(m for m in sys.modules if m.startswith("verl")),
+    "ours_heavy": sorted(m for m in sys.modules if m.startswith("xrpo_verl.verl_adapters.")
+                         and m not in ("xrpo_verl.verl_adapters", "xrpo_verl.verl_adapters.plugin",
+                                       "xrpo_verl.verl_adapters.after_import")),
+    "platform_chosen": pm._current_platform is not None,
+}
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 from verl.experimental.reward_loop.reward_manager.registry import REWARD_MANAGER
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
@@ -23,6 +33,7 @@ from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 plugin = sys.modules.get("xrpo_verl.verl_adapters.plugin")
 print(json.dumps({
     "plugin_loaded": plugin is not None,
+    "at_import_verl": light,
     "registered": list(getattr(plugin, "REGISTERED", [])),
     "wanted": list(getattr(plugin, "REGISTRATIONS", [])),
     "adv_estimators": sorted(ADV_ESTIMATOR_REGISTRY),
@@ -34,15 +45,26 @@ print(json.dumps({
 
 
 def _probe(**env_overrides):
-    env = {**os.environ, **env_overrides}
+    env = {k: v for k, v in os.environ.items() if k not in ("XRPO_VERL_CPU", "VERL_USE_EXTERNAL_MODULES")}
+    env.update(env_overrides)
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300, cwd="/")
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def with_plugin():
+    return _probe()
+
+
+@pytest.fixture(scope="module")
+def without_plugins():
+    return _probe(VERL_USE_EXTERNAL_PLUGINS="none")
+
+
 @pytest.mark.slow  # a fresh interpreter or a model build
-def test_import_verl_alone_registers_every_name():
-    seen = _probe()
+def test_import_verl_alone_registers_every_name(with_plugin):
+    seen = with_plugin
     assert seen["plugin_loaded"], "the verl.plugins entry point was not loaded by `import verl`"
     assert sorted(seen["registered"]) == sorted(seen["wanted"]), "a registry was loaded without our names"
     assert {"xrpo", "extra", "xrpo_extra"} <= set(seen["adv_estimators"])
@@ -63,47 +85,23 @@ def test_cpu_mode_registers_every_name_with_the_cpu_entry_point_loaded_first():
 
 
 @pytest.mark.slow  # a fresh interpreter or a model build
-def test_disabling_verl_plugins_removes_our_names():
+def test_disabling_verl_plugins_removes_our_names(without_plugins):
     """Negative control: the names come from the entry point, not from some other import."""
-    seen = _probe(VERL_USE_EXTERNAL_PLUGINS="none")
+    seen = without_plugins
     assert not seen["plugin_loaded"]
     assert not {"xrpo", "extra", "xrpo_extra"} & set(seen["adv_estimators"])
     assert "xrpo" not in seen["reward_managers"]
 
 
-LIGHT_PROBE = r"""
-import json, sys
-import verl
-import verl.plugin.platform.platform_manager as pm
-print(json.dumps({
-    "plugin_loaded": "xrpo_verl.verl_adapters.plugin" in sys.modules,
-    "verl_modules": sorted(m for m in sys.modules if m.startswith("verl")),
-    "ours_heavy": sorted(m for m in sys.modules if m.startswith("xrpo_verl.verl_adapters.")
-                         and m not in ("xrpo_verl.verl_adapters", "xrpo_verl.verl_adapters.plugin",
-                                       "xrpo_verl.verl_adapters.after_import")),
-    "platform_chosen": pm._current_platform is not None,
-}))
-"""
-
-
-def _light(**env_overrides):
-    env = {**os.environ, **env_overrides}
-    env.pop("XRPO_VERL_CPU", None)
-    out = subprocess.run([sys.executable, "-c", LIGHT_PROBE], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow  # a fresh interpreter or a model build
-def test_import_verl_loads_no_more_of_verl_with_the_plugin():
+def test_import_verl_loads_no_more_of_verl_with_the_plugin(with_plugin, without_plugins):
     """Before: our entry point imported the trainer and agent loops, 171 verl modules instead of 23."""
-    with_plugin, without = _light(), _light(VERL_USE_EXTERNAL_PLUGINS="none")
-    assert with_plugin["plugin_loaded"] and not without["plugin_loaded"]
-    assert set(with_plugin["verl_modules"]) <= set(without["verl_modules"])
-    assert with_plugin["ours_heavy"] == []
+    light, baseline = with_plugin["at_import_verl"], without_plugins["at_import_verl"]
+    assert set(light["verl_modules"]) <= set(baseline["verl_modules"])
+    assert light["ours_heavy"] == []
     # verl's platform is chosen when verl first needs a device, so a VERL_PLATFORM set after
     # `import verl` still counts.
-    assert not with_plugin["platform_chosen"]
+    assert not light["platform_chosen"]
 
 
 def test_agent_loop_paths_named_by_the_plugin_are_the_registered_classes():
