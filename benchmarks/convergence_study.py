@@ -242,7 +242,8 @@ def plot(summary: dict, args, path: Path) -> None:
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Learning setting (column addition, tiny model, verl on CPU): thin = one seed, thick = mean")
+    task = {"learning": "Learning setting (column addition", "testbed": "Testbed (families of sums"}[args.setting]
+    fig.suptitle(f"{task}, tiny model, verl on CPU): thin = one seed, thick = mean")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
