@@ -20,7 +20,11 @@ _lock = threading.RLock()
 
 
 def after_import(module_name: str, hook: Callable) -> None:
-    """Call `hook(module)` once `module_name` is imported: now if it is, else right after it loads."""
+    """Call `hook(module)` once `module_name` is imported: now if it is, else right after it loads.
+
+    A module caught half-executed (a circular import in progress) gets the hook when it finishes
+    only if this watcher found it; one that another finder's loader is already executing is past
+    the point where it can be hooked, and the hook waits for an import that will not come."""
     module = sys.modules.get(module_name)
     if module is not None and not initializing(module):
         hook(module)
