@@ -2,12 +2,12 @@
 `hf` rollout, tiny model), and every exploration signal acts in a real run; `grpo` is test_grpo.py.
 
 Runs are shared between assertions (a launch costs about a minute on 2 cores). The xrpo_extra run
-trains 3 steps of 8 prompts over a set of 8, so every prompt is visited three times (3 epochs): half easy
+trains 4 steps of 8 prompts over a set of 16, so every prompt is visited twice (2 epochs): half easy
 (the warmed-up model samples ~40% right), half hard (operands to 99, always failed). Easy successes
 fill the ICL corpus at step 1; hard all-fail groups trigger ICL and queue ExTra prefixes. Every
-signal is on, and verl's rollout correction computes token IS weights. The run stops after step 2
-(`trainer.total_training_steps=2`: verl's loop ends there, as a killed run would after its step-2
-checkpoint) and is resumed to 3; the resumed step must start from the saved ICL corpus, novelty
+signal is on, and verl's rollout correction computes token IS weights. The run stops after step 3
+(`trainer.total_training_steps=3`: verl's loop ends there, as a killed run would after its step-3
+checkpoint) and is resumed to 4; the resumed step must start from the saved ICL corpus, novelty
 memory, guided queue and counters. The xrpo and extra runs train with some signals off, which must
 then log exactly 0.
 """
@@ -24,7 +24,7 @@ from xrpo_verl.planner import round_budgets
 
 pytestmark = pytest.mark.slow
 
-STEPS, PROMPTS, TRAIN_SET = 3, 8, 8
+STEPS, PROMPTS, TRAIN_SET = 4, 8, 16
 PREFIX_PER_STEP = 2  # xrpo_verl/local/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
 IS_WEIGHTS = "algorithm.rollout_correction.rollout_is=token"
 STREAMING = "algorithm.xrpo.planner.schedule=streaming"
@@ -60,9 +60,9 @@ def train(recipe, model_dir, data, out_dir, *, prompts, steps=2, save_freq=-1, e
 
 @pytest.fixture(scope="module")
 def xrpo_extra(tiny_model_dir, mixed_data, tmp_path_factory):
-    """Every feature on, a checkpoint each step; stopped after step 2, then resumed to 3.
+    """Every feature on, a checkpoint each step; stopped after step 3, then resumed to 4.
 
-    Returns (run, metrics of steps 1-2, state saved at 2, the resumed launch's stdout, metrics 1-3)."""
+    Returns (run, metrics of steps 1-3, state saved at 3, the resumed launch's stdout, metrics 1-4)."""
     out = tmp_path_factory.mktemp("xrpo_extra")
     first = [IS_WEIGHTS, ICL_ALWAYS]
     run, before = train(
@@ -98,7 +98,7 @@ def _total(metrics, key):
 def test_xrpo_extra_trains_two_epochs_with_planner_and_weight_sync(xrpo_extra):
     _, _, _, _, metrics = xrpo_extra
     assert sorted(metrics) == list(range(1, STEPS + 1))
-    assert STEPS * PROMPTS >= 2 * TRAIN_SET  # every prompt visited at least twice
+    assert STEPS * PROMPTS >= 2 * TRAIN_SET  # every prompt visited twice
     for m in metrics.values():
         assert m["response_length/mean"] > 0
         assert m["training/rollout_probs_diff_max"] < 1e-4
@@ -181,9 +181,9 @@ def test_resume_restores_the_plugin_state(xrpo_extra):
     run, before, saved, stdout, after = xrpo_extra
     last = STEPS - 1
     assert f"global_step_{last}" in stdout
-    assert sorted(before) == list(range(1, STEPS))  # the first launch stopped after step 2
+    assert sorted(before) == list(range(1, STEPS))  # the first launch stopped after step 3
     final = state(run, STEPS)
-    # ICL corpus: a corpus rebuilt from scratch would hold none of steps 1-2's successes
+    # ICL corpus: a corpus rebuilt from scratch would hold none of steps 1-3's successes
     corpus = set(saved["components"]["corpus"]["ids"])
     assert len(corpus) == before[last]["xrpo/icl/corpus_size"] > 0
     assert corpus <= set(final["components"]["corpus"]["ids"])
