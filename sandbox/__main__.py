@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-concurrency", type=int, default=os.cpu_count() or 1, help="requests run at once (workers)")
     s.add_argument("--max-queue", type=int, default=4096, help="requests waiting for a worker before 503")
     s.add_argument("--queue-timeout", type=float, default=60.0, help="seconds a request may wait before 503")
+    s.add_argument("--uid-base", type=int, help="lease sandbox uids from here (default: the backend's own range)")
+    s.add_argument("--uid-span", type=int, help="how many uids from --uid-base this server may lease")
     b = sub.add_parser("build-image", help="build the Docker image from this host's packages (no registry)")
     b.add_argument("--force", action="store_true", help="rebuild even when the label hash matches")
     return p
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_concurrency < 1 or args.max_queue < 0 or args.queue_timeout <= 0:
             print("error: --max-concurrency >= 1, --max-queue >= 0, --queue-timeout > 0", file=sys.stderr)
             return 2
-        backend = get_backend(args.backend, workers=args.max_concurrency)
+        uids = {k: v for k, v in (("uid_base", args.uid_base), ("uid_span", args.uid_span)) if v is not None}
+        backend = get_backend(args.backend, workers=args.max_concurrency, **uids)
         if hasattr(backend, "ensure_pch"):  # never inside a request
             backend.ensure_pch()
         sock = listen(args.host, args.port)

@@ -3,7 +3,6 @@
 Judging tests skip, with the reason, only when no sandbox backend can run here.
 """
 
-import contextlib
 import json
 import os
 import tempfile
@@ -258,11 +257,14 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
 
     from sandbox.backends.bwrap import BwrapBackend, BwrapConfig
     from sandbox.server import running_server
-    from sandbox.verdict import SandboxError
 
-    with running_server("bwrap", 2) as (a, _), running_server("bwrap", 2) as (b, doomed):
+    # the doomed server leases from a range of its own: once it dies, a server of another test
+    # would otherwise take its uids (lowest free first) before this test could clean them
+    own_range = ("--uid-base", "64900", "--uid-span", "2")
+    with running_server("bwrap", 2) as (a, _), running_server("bwrap", 2, *own_range) as (b, doomed):
         with urllib.request.urlopen(b + "/health") as r:
             doomed_uids = json.loads(r.read())["uids"]
+        assert doomed_uids == [64900, 64901]
         config = CodeRewardConfig(backend="remote", url=[a, b], se_retries=3, retry_backoff_s=0.2)
         cases = [(GOOD, "AC"), (HALF, "WA")] * 20
         with ThreadPoolExecutor(8) as pool:
@@ -273,13 +275,8 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
             verdicts = [f.result()["verdict"] for f in futures]
         assert doomed.wait() != 0
     assert verdicts == [v for _, v in cases]
-    # what the killed server left (work dirs, slot cgroups) goes when its uids are leased again;
-    # one lease a uid: its uids need not be contiguous, and another test's server may hold one now
-    # (its own lease cleaned the uid, and its live work dirs are its own)
-    cleaned = []
-    for uid in doomed_uids:
-        with contextlib.suppress(SandboxError):
-            BwrapBackend(BwrapConfig(workers=1, uid_base=uid, uid_span=1)).close()
-            cleaned.append(uid)
-    assert cleaned
-    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(tuple(f"xrpo-sbx-{u}-" for u in cleaned))]
+    # what the killed server left (work dirs, slot cgroups) goes when its uids are leased again
+    BwrapBackend(BwrapConfig(workers=2, uid_base=64900, uid_span=2)).close()
+    assert not [
+        n for n in os.listdir(tempfile.gettempdir()) if n.startswith(tuple(f"xrpo-sbx-{u}-" for u in doomed_uids))
+    ]
