@@ -1,9 +1,11 @@
 """Code RL end to end: verl's `main_ppo` (XRPO trainer mode) trains on rewards judged in the sandbox.
 
-One run per backend (bubblewrap, Docker), 2 steps of 4 prompts of the tiny code task
-(`xrpo_verl.local.code_task`); the reward is `reward.reward_manager.name=xrpo`, so verl's reward-loop
-workers (Ray actors) judge every response in the sandbox. verl dumps every rollout
-(`trainer.rollout_data_dir`) and the test checks the run against it:
+One run per backend, 2 steps of 4 prompts of the tiny code task (`xrpo_verl.local.code_task`):
+Docker with the `xrpo` recipe (planner, ICL, sharpening), bubblewrap with `extra` (ExTra alone:
+fixed n, novelty over programs, prefix regeneration), which is also the one launch of that recipe
+in the suite. The reward is `reward.reward_manager.name=xrpo`, so verl's reward-loop workers (Ray
+actors) judge every response in the sandbox. verl dumps every rollout (`trainer.rollout_data_dir`)
+and the test checks the run against it:
 
 - every reward came from a sandbox verdict: per step, the verdict counts the trainer logged add up
   to the rows dumped, and the sandbox runs it logged are the judged rows plus the retries;
@@ -18,7 +20,9 @@ workers (Ray actors) judge every response in the sandbox. verl dumps every rollo
   verdict SE and the run completes (xrpo_verl/rewards/code.py: SE is retried, else the run stops,
   never scored 0); the retry is seen in the trainer log or the logged retries;
 - nothing is left behind: no sandbox process, container, held uid lease or temp dir (Ray ends the
-  reward worker without atexit; on Docker the pool's reaper cleans up after it).
+  reward worker without atexit; on Docker the pool's reaper cleans up after it);
+- ExTra (bubblewrap run): no planner, ICL and sharpening log exactly 0, and the all-fail prompts of
+  step 1 (the planted ones among them) come back at step 2 as guided rows with masked prefixes.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from xrpo_verl.rewards.code import VERDICTS, CodeRewardConfig, compute_score
 pytestmark = pytest.mark.slow
 
 STEPS, PROMPTS, N = 2, 4, 4
+RECIPE = {"bwrap": "extra", "docker": "xrpo"}
 SANDBOX_VERDICTS = ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE")
 DOCKER_RETRY_LOG = "retrying on a fresh one"
 
@@ -146,7 +151,7 @@ def run(request, code_model_dir, tmp_path_factory):
     start = time.time()
     if killer:
         killer.start()
-    result = launch.launch(cpu, "xrpo", extra, timeout_s=900)
+    result = launch.launch(cpu, RECIPE[backend], extra, timeout_s=900)
     if killer:
         killer.stop.set()
         killer.join()
@@ -242,3 +247,28 @@ def test_no_process_or_uid_lease_is_left_behind(run):
 
 def test_no_temp_dir_or_container_is_left_behind(run):
     assert not _leaks(run, ("dirs", "containers"))
+
+
+ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "xrpo/icl/corpus_size")
+SHARPENING_KEYS = (
+    "xrpo/sharpening/bonus_rows",
+    "xrpo/sharpening/bonus_share",
+    "xrpo/sharpening/eligible_rows",
+    "xrpo/sharpening/seq_logp_spread",
+)
+
+
+def test_extra_trains_with_fixed_n_and_guided_prefixes(run):
+    if RECIPE[run["backend"]] != "extra":
+        pytest.skip(f"the {run['backend']} run trains {RECIPE[run['backend']]}")
+    metrics = run["metrics"]
+    for m in metrics.values():
+        assert m["training/rollout_probs_diff_max"] < 1e-4
+        assert "xrpo/alloc/n_q/max" not in m  # no planner: every prompt gets rollout.n
+        # switched off here (estimator `extra`, icl.enable=false): exactly zero, not missing
+        assert all(m[k] == 0 for k in ICL_KEYS + SHARPENING_KEYS), {k: m.get(k) for k in ICL_KEYS + SHARPENING_KEYS}
+        assert m["xrpo/novelty/memory_prompts"] > 0
+    assert metrics[1]["xrpo/prefix/guided_rows"] == 0  # nothing queued before step 1
+    assert metrics[1]["xrpo/guided/queued"] > 0
+    assert metrics[2]["xrpo/prefix/guided_rows_masked"] == metrics[2]["xrpo/prefix/guided_rows"] > 0
+    assert metrics[2]["xrpo/prefix/masked_tokens_other_rows"] == 0

@@ -1,5 +1,6 @@
-"""`xrpo`, `extra` and `xrpo_extra` train through verl's real trainer (`python -m verl.trainer.main_ppo`,
-`hf` rollout, tiny model), and every exploration signal acts in a real run; `grpo` is test_grpo.py.
+"""`xrpo` and `xrpo_extra` train through verl's real trainer (`python -m verl.trainer.main_ppo`,
+`hf` rollout, tiny model), and every exploration signal acts in a real run; `grpo` is test_grpo.py,
+`extra` runs on the code task in test_code_rl.py.
 
 Runs are shared between assertions (a launch costs about a minute on 2 cores). The xrpo_extra run
 trains 4 steps of 8 prompts over a set of 16, so every prompt is visited twice (2 epochs): half easy
@@ -8,8 +9,8 @@ fill the ICL corpus at step 1; hard all-fail groups trigger ICL and queue ExTra 
 signal is on, and verl's rollout correction computes token IS weights. The run stops after step 3
 (`trainer.total_training_steps=3`: verl's loop ends there, as a killed run would after its step-3
 checkpoint) and is resumed to 4; the resumed step must start from the saved ICL corpus, novelty
-memory, guided queue and counters. The xrpo and extra runs train with some signals off, which must
-then log exactly 0.
+memory, guided queue and counters. The xrpo run trains with ExTra's signals off, which must then
+log exactly 0.
 """
 
 import json
@@ -202,27 +203,8 @@ def test_resume_restores_the_plugin_state(xrpo_extra):
     assert after[STEPS]["training/rollout_probs_diff_max"] < 1e-4  # restored weights reached the server
 
 
-ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "xrpo/icl/corpus_size")
-SHARPENING_KEYS = (
-    "xrpo/sharpening/bonus_rows",
-    "xrpo/sharpening/bonus_share",
-    "xrpo/sharpening/bonus_abs_mean",
-    "xrpo/sharpening/eligible_rows",
-    "xrpo/sharpening/seq_logp_spread",
-)
 NOVELTY_KEYS = ("xrpo/novelty/bonus_rows", "xrpo/novelty/bonus_share", "xrpo/novelty/positive_correct")
 PREFIX_KEYS = ("xrpo/guided/queued", "xrpo/prefix/hard_prompts", "xrpo/prefix/candidates/max", "xrpo/guided/injected")
-
-
-def test_extra_trains_two_steps_with_fixed_n(tiny_model_dir, mixed_data, tmp_path):
-    _, metrics = train("extra", tiny_model_dir, mixed_data, tmp_path, prompts=4)
-    assert sorted(metrics) == [1, 2]
-    for m in metrics.values():
-        assert m["response_length/mean"] > 0 and m["training/rollout_probs_diff_max"] < 1e-4
-        assert "xrpo/alloc/n_q/max" not in m  # no planner: every prompt gets rollout.n
-        # switched off here (estimator `extra`, icl.enable=false): exactly zero, not missing
-        assert all(m[k] == 0 for k in ICL_KEYS + SHARPENING_KEYS), {k: m.get(k) for k in ICL_KEYS + SHARPENING_KEYS}
-    assert metrics[2]["xrpo/prefix/guided_rows_masked"] == metrics[2]["xrpo/prefix/guided_rows"] > 0
 
 
 def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):

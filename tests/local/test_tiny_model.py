@@ -10,13 +10,25 @@ from xrpo_verl.local import tiny_model
 
 
 @pytest.mark.slow  # a fresh interpreter or a model build
-def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
+def test_tiny_model_build_is_deterministic_cached_and_pins_the_cpu_kernels(tmp_path, monkeypatch):
+    """Two builds give the same bytes, the second with the caller's kernels set otherwise: a CPU
+    with AVX-512 would otherwise warm up a different model from one with AVX2 only."""
+    import torch
+
     config = tiny_model.TinyModelConfig(
         hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=3, sft_batch_size=4
     )
-    dirs = [tiny_model.build(config, root=tmp_path / name, verbose=False) for name in ("a", "b")]
+    x86 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    plain = tiny_model.build(config, root=tmp_path / "a", verbose=False)
+    if x86:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the caller's setting must not reach the build
+    other = tiny_model.build(config, root=tmp_path / "b", verbose=False)
+    dirs = [plain, other]
     digests = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in dirs]
     assert digests[0] == digests[1]
+    if x86:
+        metas = [json.loads((d / tiny_model.DONE_MARKER).read_text()) for d in dirs]
+        assert [m["cpu_kernels"] for m in metas] == ["AVX2", "AVX2"]
     assert (dirs[0] / "tokenizer.json").read_text() == (dirs[1] / "tokenizer.json").read_text()
     marker = dirs[0] / tiny_model.DONE_MARKER
     mtime = marker.stat().st_mtime_ns
@@ -29,25 +41,6 @@ def test_tiny_model_build_is_deterministic_and_cached(tmp_path):
     assert text == "<|im_start|>user\n1+1=?<|im_end|>\n<|im_start|>assistant\n"
     with pytest.raises(ValueError, match="num_heads"):
         tiny_model.TinyModelConfig(hidden_size=30, num_heads=4)
-
-
-@pytest.mark.slow  # a fresh interpreter or a model build
-def test_build_pins_the_cpu_kernels_whatever_this_process_uses(tmp_path, monkeypatch):
-    """A CPU with AVX-512 would otherwise warm up a different model from one with AVX2 only."""
-    import torch
-
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        pytest.skip(f"not an x86-64 CPU with AVX2 (torch kernels: {torch.backends.cpu.get_cpu_capability()})")
-    config = tiny_model.TinyModelConfig(
-        hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=2, sft_batch_size=4
-    )
-    plain = tiny_model.build(config, root=tmp_path / "plain", verbose=False)
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")  # the caller's setting must not reach the build
-    other = tiny_model.build(config, root=tmp_path / "other", verbose=False)
-    metas = [json.loads((d / tiny_model.DONE_MARKER).read_text()) for d in (plain, other)]
-    assert [m["cpu_kernels"] for m in metas] == ["AVX2", "AVX2"]
-    digests = [hashlib.sha256((d / "model.safetensors").read_bytes()).hexdigest() for d in (plain, other)]
-    assert digests[0] == digests[1]
 
 
 def test_default_tiny_model_has_about_5m_parameters():
