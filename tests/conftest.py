@@ -22,7 +22,7 @@ except ImportError:  # the sandbox tests need no torch
     pass
 
 
-# The modules that launch verl's trainer, longest first (the GRPO run trains 50 steps): with two
+# The modules that launch verl's trainer, longest first (the GRPO run trains 40 steps): with two
 # workers one takes the GRPO module while the other works through the rest.
 LONGEST_FIRST = ("e2e/test_grpo.py", "e2e/test_xrpo_modes.py", "e2e/test_code_rl.py")
 
