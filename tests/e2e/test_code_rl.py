@@ -253,6 +253,7 @@ ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "x
 SHARPENING_KEYS = (
     "xrpo/sharpening/bonus_rows",
     "xrpo/sharpening/bonus_share",
+    "xrpo/sharpening/bonus_abs_mean",
     "xrpo/sharpening/eligible_rows",
     "xrpo/sharpening/seq_logp_spread",
 )
@@ -263,7 +264,7 @@ def test_extra_trains_with_fixed_n_and_guided_prefixes(run):
         pytest.skip(f"the {run['backend']} run trains {RECIPE[run['backend']]}")
     metrics = run["metrics"]
     for m in metrics.values():
-        assert m["training/rollout_probs_diff_max"] < 1e-4
+        assert m["response_length/mean"] > 0 and m["training/rollout_probs_diff_max"] < 1e-4
         assert "xrpo/alloc/n_q/max" not in m  # no planner: every prompt gets rollout.n
         # switched off here (estimator `extra`, icl.enable=false): exactly zero, not missing
         assert all(m[k] == 0 for k in ICL_KEYS + SHARPENING_KEYS), {k: m.get(k) for k in ICL_KEYS + SHARPENING_KEYS}

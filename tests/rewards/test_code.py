@@ -260,11 +260,12 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
 
     # the doomed server leases from a range of its own: once it dies, a server of another test
     # would otherwise take its uids (lowest free first) before this test could clean them
-    own_range = ("--uid-base", "64900", "--uid-span", "2")
-    with running_server("bwrap", 2) as (a, _), running_server("bwrap", 2, *own_range) as (b, doomed):
+    base, span = 64900, 2
+    own_range = ("--uid-base", str(base), "--uid-span", str(span))
+    with running_server("bwrap", span) as (a, _), running_server("bwrap", span, *own_range) as (b, doomed):
         with urllib.request.urlopen(b + "/health") as r:
             doomed_uids = json.loads(r.read())["uids"]
-        assert doomed_uids == [64900, 64901]
+        assert doomed_uids == list(range(base, base + span))
         config = CodeRewardConfig(backend="remote", url=[a, b], se_retries=3, retry_backoff_s=0.2)
         cases = [(GOOD, "AC"), (HALF, "WA")] * 20
         with ThreadPoolExecutor(8) as pool:
@@ -276,7 +277,7 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
         assert doomed.wait() != 0
     assert verdicts == [v for _, v in cases]
     # what the killed server left (work dirs, slot cgroups) goes when its uids are leased again
-    BwrapBackend(BwrapConfig(workers=2, uid_base=64900, uid_span=2)).close()
+    BwrapBackend(BwrapConfig(workers=span, uid_base=base, uid_span=span)).close()
     assert not [
         n for n in os.listdir(tempfile.gettempdir()) if n.startswith(tuple(f"xrpo-sbx-{u}-" for u in doomed_uids))
     ]
