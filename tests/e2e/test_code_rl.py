@@ -193,6 +193,8 @@ def test_every_reward_came_from_a_sandbox_verdict(run):
         assert counts["SE"] == 0  # an SE is retried or stops the run; it never becomes a score
         assert 0 < m["reward/sandbox/busy_s"] <= m["reward/sandbox/judge_s"] + 1e-6
         assert 0 < m["reward/sandbox/share"] < 1
+        # the agent loop's generation times reach the trainer: the sandbox's time alone is measured
+        assert 0 <= m["reward/sandbox/exclusive_s"] <= m["reward/sandbox/busy_s"] + 1e-6
 
 
 def test_dumped_scores_agree_with_the_sandbox(run):

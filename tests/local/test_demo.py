@@ -1,6 +1,7 @@
 """The demo's progress line and before/after arithmetic (no training here: see tests/e2e)."""
 
 import io
+from types import SimpleNamespace
 
 import pytest
 
@@ -53,13 +54,14 @@ def test_paired_change_and_its_standard_error():
 def test_code_table_shows_verdicts_and_sandbox_time_per_step():
     metrics = {
         1: {"critic/score/mean": 0.25, "reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/verdict/CE": 2,
-            "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25},
+            "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25,
+            "reward/sandbox/exclusive_share": 0.125},
         2: {"timing_s/step": 1.0},  # a validation-only line: no row
     }  # fmt: skip
     lines = demo.verdict_table(metrics).splitlines()
     assert len(lines) == 2
-    assert lines[0].split() == ["step", "reward", *demo.VERDICT_COLUMNS, "sandbox", "s", "step", "s", "share"]
-    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3.50", "14.0", "25.0%"]
+    assert lines[0].split() == ["step", "reward", *demo.VERDICT_COLUMNS, "sandbox", "s", "step", "s", "busy", "alone"]
+    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3.50", "14.0", "25.0%", "12.5%"]
 
 
 def test_code_task_flag_is_parsed(monkeypatch):
@@ -70,3 +72,11 @@ def test_code_task_flag_is_parsed(monkeypatch):
     assert (task.name, task.setting.backend, task.setting.steps, seen["recipe"]) == ("code", "docker", 3, "xrpo")
     assert demo.main(["--steps", "4"]) == 0
     assert (seen["task"].name, seen["task"].setting.steps, seen["recipe"]) == ("addition", 4, "grpo")
+
+
+def test_code_task_xrpo_settings_go_to_our_recipes_only():
+    """`make demo TASK=code` with `--recipe grpo` runs verl's own config, where setting
+    `algorithm.xrpo.*` is a Hydra error."""
+    task = demo.TASKS["code"](SimpleNamespace(sandbox="bwrap", steps=None, lr=None))
+    assert demo.run_overrides(task, "grpo", 3) == ["data.seed=3"]
+    assert demo.run_overrides(task, "xrpo", 3) == ["data.seed=3", "algorithm.xrpo.icl.max_example_tokens=48"]

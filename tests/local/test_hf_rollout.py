@@ -71,6 +71,36 @@ def test_batched_generate_returns_forward_pass_logprobs(micro_model_dir):
         assert torch.allclose(torch.tensor(out.log_probs), ref, atol=1e-4), (out.log_probs, ref.tolist())
 
 
+def test_a_finished_row_returns_while_longer_rows_still_decode(micro_model_dir):
+    """A row whose budget ends after 2 tokens is handed back during its `generate` call (the call
+    counter has not moved yet), so its reward can be judged meanwhile; early or not, every row's
+    log-probs equal the forward pass of its sequence."""
+    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=24, max_model_len=88, max_batch=64)
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    prompt = _prompt_ids(tok, "1+2=?")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    budgets = [2, 24, 2, 24]
+
+    async def one(i, budget):
+        out = await server.generate(prompt, {**params, "max_tokens": budget}, request_id=str(i))
+        return out, server.num_generate_calls
+
+    async def run_all():
+        return await asyncio.gather(*[one(i, b) for i, b in enumerate(budgets)])
+
+    torch.manual_seed(0)
+    results = asyncio.run(run_all())
+    assert server.stats() == {"generate_calls": 1, "requests": 4}
+    longest = max(len(out.token_ids) for out, _ in results)
+    assert longest > 2  # the call went on past the short rows' budget
+    for budget, (out, calls_seen) in zip(budgets, results, strict=True):
+        assert 1 <= len(out.token_ids) <= budget
+        if budget == 2:
+            assert calls_seen == 0  # back before the call ended
+        ref = _forward_logps(server.model, prompt, out.token_ids)
+        assert torch.allclose(torch.tensor(out.log_probs), ref, atol=1e-4), (out.log_probs, ref.tolist())
+
+
 def test_requests_trickling_in_share_one_generate_call(micro_model_dir):
     """Requests spaced by less than the quiet gap (here 20 ms apart over 100 ms, as the agent loop's
     tokenizer threads and load-balancer calls spread a step's prompts) still form one batch; a

@@ -18,6 +18,7 @@ from xrpo_verl.rewards.code import (
     SandboxFailure,
     busy_seconds,
     compute_score,
+    exclusive_seconds,
     resolve_problem,
     step_metrics,
 )
@@ -202,6 +203,43 @@ def test_step_metrics_counts_verdicts_runs_and_share():
     assert m["reward/sandbox/busy_s"] == pytest.approx(2.5)
     assert m["reward/sandbox/share"] == pytest.approx(0.25)
     assert step_metrics(infos)["reward/sandbox/share"] == 0.0
+    assert "reward/sandbox/exclusive_s" not in m  # no generation times: nothing to take the overlap from
+
+
+def test_exclusive_seconds_is_busy_time_outside_the_other_intervals():
+    assert exclusive_seconds([(0.0, 2.0)], []) == 2.0
+    assert exclusive_seconds([(0.0, 2.0)], [(0.0, 2.0)]) == 0.0
+    # busy [0,3] u [5,6]; others [1,2] u [1.5,2.5] u [5.5,7]: 3 - 1.5 + 1 - 0.5 = 2
+    assert exclusive_seconds(
+        [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)], [(1.5, 2.5), (1.0, 2.0), (5.5, 7.0)]
+    ) == pytest.approx(2.0)
+
+
+def test_step_metrics_exclusive_share_leaves_out_judging_that_overlaps_generation():
+    # Row 1 was generated over [0, 4] and judged over [4, 5] while row 2 still generated (to 6);
+    # row 2 was judged over [6, 7.5]: only [6, 7.5] had the sandbox alone.
+    infos = [
+        {
+            "verdict": "AC",
+            "attempts": 1,
+            "sandbox_start": 4.0,
+            "sandbox_end": 5.0,
+            "received_at": 4.0,
+            "generate_s": 4.0,
+        },
+        {
+            "verdict": "WA",
+            "attempts": 1,
+            "sandbox_start": 6.0,
+            "sandbox_end": 7.5,
+            "received_at": 6.0,
+            "generate_s": 6.0,
+        },
+    ]
+    m = step_metrics(infos, step_s=10.0)
+    assert m["reward/sandbox/busy_s"] == pytest.approx(2.5)
+    assert m["reward/sandbox/exclusive_s"] == pytest.approx(1.5)
+    assert m["reward/sandbox/exclusive_share"] == pytest.approx(0.15)
 
 
 def test_remote_backend_needs_a_url_and_only_then():

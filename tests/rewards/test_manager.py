@@ -6,6 +6,7 @@ before the sandbox (no code block); judging through the manager is in test_code_
 """
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -178,7 +179,10 @@ def test_concurrency_limit_is_respected(tokenizer):
 
     manager = XrpoRewardManager(make_config(max_concurrency=2), tokenizer, slow_score)
     batch = make_batch(tokenizer, [("x", "math/x", "1", {})] * 7)
+    before = time.time()
     outputs = run_all(manager, batch)
+    received = outputs[0]["reward_extra_info"].pop("received_at")
+    assert before <= received <= time.time()  # stamped when the response arrived, for the sandbox's share
     assert peak == 2
     peak = 0
     run_all(manager, batch)  # a second event loop: the limit holds there too, and nothing is loop-bound

@@ -70,17 +70,23 @@ def test_reward_infos_read_from_transfer_queue_rows(monkeypatch):
         {"verdict": "WA", "attempts": 2, "sandbox_s": 0.5, "sandbox_start": 1.25, "sandbox_end": 2.0},
         {"verdict": "", "attempts": 0, "sandbox_s": 0.0, "sandbox_start": 0.0, "sandbox_end": 0.0},
     ]
+    # the agent loop's timings, as verl's AgentLoopMetrics dumps them; the second row's lack one
+    timings = [{"generate_sequences": 0.75, "tool_calls": 0.0}, {"tool_calls": 0.0}, {"generate_sequences": 1.0}]
     stored = list_of_dict_to_tensordict(
-        [{"extra_fields": {"reward_extra_info": i, "min_global_steps": 1}} for i in infos]
+        [
+            {"extra_fields": {"reward_extra_info": i, "min_global_steps": 1}, "metrics": t}
+            for i, t in zip(infos, timings, strict=True)
+        ]
     )
 
     def kv_batch_get(keys, partition_id, select_fields):
-        assert select_fields == ["extra_fields"] and partition_id == "train" and keys == ["a", "b", "c"]
+        assert select_fields == ["extra_fields", "metrics"] and partition_id == "train" and keys == ["a", "b", "c"]
         return stored
 
     monkeypatch.setattr(T, "tq", SimpleNamespace(kv_batch_get=kv_batch_get))
     batch = SimpleNamespace(keys=["a", "b", "c"], partition_id="train", tags=[{}, {}, {"is_padding": True}])
-    assert T.reward_infos(batch) == infos[:2]  # the padding row is left out
+    # the padding row is left out; generation time is added where the agent loop recorded it
+    assert T.reward_infos(batch) == [{**infos[0], "generate_s": 0.75}, infos[1]]
 
 
 def test_in_flight_counts_rollouts_submitted_and_not_back(monkeypatch):

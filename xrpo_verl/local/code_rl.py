@@ -32,7 +32,7 @@ class CodeSetting(Config):
     lr: float = option(3e-5, "Actor learning rate. [I]")
     max_response_length: int = option(48, "Response budget in tokens (the reference programs take ~26). [I]")
     n_heldout: int = option(32, "Held-out problems, disjoint from the training problems. [I]")
-    val_samples: int = option(4, "k samples per held-out problem at T=1 for the pass rate. [I]")
+    val_samples: int = option(16, "k samples per held-out problem at T=1 for the pass rate. [I]")
     data_seed: int = option(5, "Seed of the train/held-out split. [I]")
     backend: Literal["bwrap", "docker", "remote"] = option("bwrap", "Sandbox backend of the reward workers. [I]")
     url: tuple[str, ...] = option(
@@ -85,9 +85,22 @@ def cpu_run(out_dir: str | Path, setting: CodeSetting = CodeSetting(), save_freq
 
 
 def sampled_pass_rates(
-    model, tokenizer, problems, k: int, max_new_tokens: int, backend: str = "bwrap", seed: int = 0
+    model,
+    tokenizer,
+    problems,
+    k: int,
+    max_new_tokens: int,
+    backend: str = "bwrap",
+    seed: int = 0,
+    concurrency: int = 4,
 ) -> tuple[list[float], dict[str, int]]:
-    """Per-problem pass rate of k programs sampled at T=1, each judged in the sandbox; and the verdict counts."""
+    """Per-problem pass rate of k programs sampled at T=1, each judged in the sandbox; and the verdict counts.
+
+    Programs are judged `concurrency` at a time while the next sample is generated: the sandbox's
+    processes wait on each other and on their own start-up more than they compute.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
     from transformers import GenerationConfig
 
@@ -110,14 +123,19 @@ def sampled_pass_rates(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    rates, verdicts = [0.0] * len(problems), {}
+    tests = [{"problem": code_task.problem_dict(p)} for p in problems]
+    judged = []  # (problem index, future of its result)
     torch.manual_seed(seed)
-    for _ in range(k):
-        with torch.no_grad():
-            ids = model.generate(**enc, generation_config=sampling)
-        texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
-        for i, (p, text) in enumerate(zip(problems, texts, strict=True)):
-            result = compute_score(code_task.DATA_SOURCE, text, None, {"problem": code_task.problem_dict(p)}, config)
+    with ThreadPoolExecutor(max(1, concurrency)) as pool:
+        for _ in range(k):
+            with torch.no_grad():
+                ids = model.generate(**enc, generation_config=sampling)
+            texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
+            for i, text in enumerate(texts):
+                judged.append((i, pool.submit(compute_score, code_task.DATA_SOURCE, text, None, tests[i], config)))
+        rates, verdicts = [0.0] * len(problems), {}
+        for i, future in judged:
+            result = future.result()
             rates[i] += result["score"] / k
             verdicts[result["verdict"]] = verdicts.get(result["verdict"], 0) + 1
     return rates, verdicts

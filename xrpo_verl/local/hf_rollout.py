@@ -6,7 +6,8 @@ is on. Three pieces, as verl wires hybrid (colocated, `sync`) rollout:
 
 - `HFReplica` (driver/TaskRunner side): launches one `HFServer` Ray actor per replica.
 - `HFServer` (Ray actor): batches concurrent `generate` requests into one `model.generate` call
-  and returns token ids plus per-token log-probs; takes weights as a state dict.
+  and returns token ids plus per-token log-probs, each row as soon as it is finished (so its
+  reward is judged while longer rows still decode); takes weights as a state dict.
 - `HFServerAdapter` (inside each actor worker): receives the actor's weights each step
   (workers/engine_workers.py:728-826, naive sync path) and forwards them to its server.
 """
@@ -14,11 +15,12 @@ is on. Three pieces, as verl wires hybrid (colocated, `sync`) rollout:
 import asyncio
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria, StoppingCriteriaList
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
@@ -148,6 +150,40 @@ def length_buckets(lengths: list[int], max_batch: int, call_cost: int = CALL_COS
     return calls[::-1]
 
 
+class EarlyReturn(StoppingCriteria):
+    """Hands each row of a `generate` call to `deliver(row, tokens, log_probs)` at the decoding step
+    that finishes it (its first EOS, or its own token budget), while longer rows still decode.
+
+    A stopping criterion that never stops anything: HF calls it after every step with the ids so far
+    and the processed scores the step sampled from (`output_scores=True`), which is all a finished
+    row's result needs; the row is then the same as the one read from `generate`'s output.
+    """
+
+    def __init__(self, width: int, max_tokens: list[int], eos_ids: set[int], deliver: Callable) -> None:
+        self.width, self.max_tokens, self.eos_ids, self.deliver = width, max_tokens, eos_ids, deliver
+        self.delivered: set[int] = set()
+
+    def __call__(self, input_ids: torch.Tensor, scores: tuple, **kwargs) -> torch.Tensor:
+        steps = input_ids.shape[1] - self.width
+        last = input_ids[:, -1].tolist()
+        for row, token in enumerate(last):
+            if row in self.delivered or not (token in self.eos_ids or steps >= self.max_tokens[row]):
+                continue
+            tokens = input_ids[row, self.width :].tolist()
+            row_scores = torch.stack([step[row] for step in scores[:steps]]).float()  # (T, V)
+            logps = torch.log_softmax(row_scores, dim=-1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+            keep = trim_response(tokens, self.max_tokens[row], self.eos_ids)
+            self.delivered.add(row)
+            self.deliver(row, (tokens[:keep], logps[:keep].tolist()))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def _resolve(future: asyncio.Future, result) -> None:
+    """Set a request's result unless it already has one (a row delivered early is also in the call's output)."""
+    if not future.done():
+        future.set_result(result)
+
+
 class HFServer:
     """Token-in/token-out server on one HF causal LM; made a Ray actor by `HFReplica`.
 
@@ -226,22 +262,29 @@ class HFServer:
             groups: dict[SamplingSettings, list[_Request]] = {}
             for request in batch:
                 groups.setdefault(request.settings, []).append(request)
+            loop = asyncio.get_running_loop()
             for settings, requests in groups.items():
                 for call in length_buckets([len(r.prompt_ids) for r in requests], self.max_batch):
                     chunk = [requests[i] for i in call]
+
+                    def deliver(row: int, result, chunk=chunk, loop=loop) -> None:  # from the generating thread
+                        loop.call_soon_threadsafe(_resolve, chunk[row].future, result)
+
                     try:
-                        results = await asyncio.to_thread(self._generate_batch, settings, chunk)
-                    except Exception as exc:  # hand the failure to every waiting caller
+                        results = await asyncio.to_thread(self._generate_batch, settings, chunk, deliver)
+                    except Exception as exc:  # hand the failure to every caller still waiting
                         for request in chunk:
-                            request.future.set_exception(exc)
+                            if not request.future.done():
+                                request.future.set_exception(exc)
                         continue
                     for request, result in zip(chunk, results, strict=True):
-                        request.future.set_result(result)
+                        _resolve(request.future, result)
 
     def _generate_batch(
-        self, settings: SamplingSettings, requests: list[_Request]
+        self, settings: SamplingSettings, requests: list[_Request], deliver: Callable | None = None
     ) -> list[tuple[list[int], list[float]]]:
         """One left-padded `generate` for B requests; per-token log-probs of the sampled tokens.
+        `deliver(row, result)`, if given, gets each row's result at the step that finishes it.
 
         Log-probs are log_softmax of HF's processed scores (after temperature/top-k/top-p), i.e.
         verl's default `rollout.logprobs_mode=processed_logprobs`.
@@ -255,8 +298,16 @@ class HFServer:
             attention_mask[row, width - n :] = 1
         max_tokens = max(r.max_tokens for r in requests)
         config = settings.generation_config(max_tokens, self.eos_ids, self.pad_id)
+        early = []
+        if deliver is not None:
+            early = [EarlyReturn(width, [r.max_tokens for r in requests], set(self.eos_ids), deliver)]
         with self._model_lock, torch.no_grad():
-            out = self.model.generate(input_ids, attention_mask=attention_mask, generation_config=config)
+            out = self.model.generate(
+                input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList(early),
+            )
         self.num_generate_calls += 1
         self.num_requests += len(requests)
         generated = out.sequences[:, width:]  # (B, T)

@@ -240,6 +240,24 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def exclusive_seconds(busy: list[tuple[float, float]], others: list[tuple[float, float]]) -> float:
+    """Length of the union of `busy` outside the union of `others`: the time only `busy` ran."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(others):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        elif end > start:
+            merged.append((start, end))
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(busy):
+        start = max(start, reach)
+        if end <= start:
+            continue
+        reach = end
+        total += end - start - sum(max(0.0, min(end, e) - max(start, s)) for s, e in merged)
+    return total
+
+
 def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
     """Per-step sandbox metrics from the rows' reward_extra_info (rows without a verdict are ignored).
 
@@ -247,10 +265,14 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
     reward/sandbox/runs: judge calls (retries included); reward/sandbox/retries: calls beyond the
     first; reward/sandbox/judge_s: seconds summed over rows; reward/sandbox/busy_s: wall time
     during which at least one call ran (union of the rows' [start, end]); reward/sandbox/share:
-    busy_s / step_s (0 when step_s is 0).
+    busy_s / step_s (0 when step_s is 0). Where rows carry `received_at` and `generate_s` (the
+    trainer adds the agent loop's generation time), reward/sandbox/exclusive_s: the part of busy_s
+    during which no row was generating (each row generates over [received_at - generate_s,
+    received_at]): the sandbox alone on the step's critical path; reward/sandbox/exclusive_share:
+    that over step_s.
     """
     counts = dict.fromkeys(VERDICTS, 0)
-    runs, judge_s, intervals = 0, 0.0, []
+    runs, judge_s, intervals, generating = 0, 0.0, [], []
     for info in infos:
         verdict = str(info.get("verdict", "") or "")
         if verdict:
@@ -260,6 +282,9 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
         judge_s += float(info.get("sandbox_s", 0.0) or 0.0)
         if attempts:
             intervals.append((float(info["sandbox_start"]), float(info["sandbox_end"])))
+        if info.get("received_at") and "generate_s" in info:
+            end = float(info["received_at"])
+            generating.append((end - float(info["generate_s"]), end))
     busy = busy_seconds(intervals)
     out = {f"reward/verdict/{v}": float(c) for v, c in counts.items()}
     out.update(
@@ -271,4 +296,8 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
             "reward/sandbox/share": busy / step_s if step_s > 0 else 0.0,
         }
     )
+    if generating:
+        exclusive = exclusive_seconds(intervals, generating)
+        out["reward/sandbox/exclusive_s"] = exclusive
+        out["reward/sandbox/exclusive_share"] = exclusive / step_s if step_s > 0 else 0.0
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -154,6 +155,7 @@ class XrpoRewardManager(RewardManagerBase):
             return await loop.run_in_executor(self._executor, partial(self.score_fn, **kwargs))
 
     async def run_single(self, data: DataProto) -> dict:
+        received_at = time.time()  # the trajectory's generation has just ended (the sandbox's share reads it)
         item = data[-1:][0]  # multi-output trajectories: the last sequence carries the final answer
         response_ids = item.batch["responses"]
         length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
@@ -168,7 +170,7 @@ class XrpoRewardManager(RewardManagerBase):
             )
         )
         reward = result["score"]
-        info = {**result, "length": length}
+        info = {**result, "length": length, "received_at": received_at}
         overlong = self.settings.overlong
         if overlong.enable:
             penalty = overlong_reward(length, self.settings.max_resp_len, overlong.len, overlong.penalty_factor)

@@ -44,6 +44,8 @@ class ScoreResult:
     """code: wall-clock epoch seconds when the last attempt returned"""
     attempts: int = 0
     """code: judge calls (more than one: a sandbox error was retried)"""
+    received_at: float = 0.0
+    """epoch seconds when the reward manager received the response, just after its generation ended"""
 
     @classmethod
     def of(cls, result) -> ScoreResult:

@@ -139,13 +139,23 @@ def check_complete(uid: str, sessions: dict, submitted: int) -> None:
 
 
 def reward_infos(batch) -> list[dict]:
-    """The step's rows' reward_extra_info (verl keeps it in TransferQueue, in `extra_fields`)."""
+    """The step's rows' reward_extra_info (verl keeps it in TransferQueue, in `extra_fields`), each
+    with `generate_s`, the agent loop's generation time of the row (its `metrics`), where recorded."""
     rows = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
     if not rows:
         return []
-    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "metrics"])
     extra = [getattr(value, "data", value) for value in data["extra_fields"]]  # as verl's replay_buffer reads it
-    return [dict(extra[i].get("reward_extra_info", None) or {}) for i in rows if isinstance(extra[i], dict)]
+    timings = [getattr(value, "data", value) for value in data["metrics"]]
+    out = []
+    for i in rows:
+        if not isinstance(extra[i], dict):
+            continue
+        info = dict(extra[i].get("reward_extra_info", None) or {})
+        if isinstance(timings[i], dict) and "generate_sequences" in timings[i]:
+            info["generate_s"] = float(timings[i]["generate_sequences"])
+        out.append(info)
+    return out
 
 
 class RolloutLedger:
