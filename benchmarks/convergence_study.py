@@ -95,10 +95,22 @@ def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int =
 
 
 def base_setting(name: str):
-    """The learning setting (`learning.LearningSetting()`) or the premise testbed (`testbed.SETTING`)."""
-    from xrpo_verl.local import learning, testbed
+    """The learning setting (`learning.LearningSetting()`), the premise testbed (`testbed.SETTING`)
+    or the code task (`code_rl.CodeSetting()`, rewards judged in the sandbox)."""
+    from xrpo_verl.local import code_rl, learning, testbed
 
-    return testbed.SETTING if name == "testbed" else learning.LearningSetting()
+    return {"testbed": testbed.SETTING, "code": code_rl.CodeSetting()}.get(name) or learning.LearningSetting()
+
+
+def task_run(setting, out: Path, steps: int, method: str) -> tuple:
+    """The setting's `CpuRun` under `out` and the task's own overrides of `method`'s recipe."""
+    from xrpo_verl.local import code_rl, learning
+    from xrpo_verl.local.launch import load_recipe
+
+    if isinstance(setting, code_rl.CodeSetting):
+        ours = bool(load_recipe(method).get("config_name"))
+        return code_rl.cpu_run(out, setting, save_freq=steps), list(code_rl.XRPO_OVERRIDES if ours else ())
+    return learning.cpu_run(out, setting, save_freq=steps), []
 
 
 def run_one(method: str, seed: int, args) -> Path:
@@ -113,8 +125,8 @@ def run_one(method: str, seed: int, args) -> Path:
 
         shutil.rmtree(out)  # an interrupted run starts again: the file logger appends
     setting = replace(base_setting(args.setting), steps=args.steps, lr=args.lr, val_samples=args.k)
-    run = learning.cpu_run(out, setting, save_freq=args.steps)
-    extra = [*learning.validation_overrides(setting, args.val_every), f"data.seed={seed}"]
+    run, task_extra = task_run(setting, out, args.steps, method)
+    extra = [*learning.validation_overrides(setting, args.val_every), f"data.seed={seed}", *task_extra]
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
     if result.returncode != 0:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
@@ -147,18 +159,24 @@ def load_record(run_dir: Path) -> dict:
 
 
 def measure(checkpoint: Path | None, setting, seed: int) -> dict:
-    """Greedy and mean@k on the measurement set (`n_eval` problems) with standard errors over problems."""
+    """Greedy and mean@k on the measurement set (`n_eval` problems; code: the held-out problems,
+    judged in the sandbox, and pass@k) with standard errors over problems."""
     import torch
     from transformers import AutoTokenizer
 
-    from xrpo_verl.local import learning, tiny_model
+    from xrpo_verl.local import code_rl, learning, tiny_model
 
     torch.set_num_threads(1)
     model_dir = tiny_model.build(setting.model)
-    heldout = learning.heldout_problems(setting, setting.n_eval)
     model = learning.load_actor(model_dir, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    found = learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length, seed)
+    k, max_new = setting.val_samples, setting.max_response_length
+    if isinstance(setting, code_rl.CodeSetting):
+        heldout = code_rl.heldout_problems(setting)
+        found = code_rl.heldout_accuracy(model, tokenizer, heldout, k, max_new, setting.backend, seed)
+    else:
+        heldout = learning.heldout_problems(setting, setting.n_eval)
+        found = learning.heldout_accuracy(model, tokenizer, heldout, k, max_new, seed)
     return {
         k: {"mean": v.mean, "se": v.se, "never": v.never, "always": v.always, "per_problem": list(v.per_problem)}
         for k, v in found.items()
@@ -242,7 +260,11 @@ def plot(summary: dict, args, path: Path) -> None:
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    task = {"learning": "Learning setting (column addition", "testbed": "Testbed (families of sums"}[args.setting]
+    task = {
+        "learning": "Learning setting (column addition",
+        "testbed": "Testbed (families of sums",
+        "code": "Code task (stdin programs judged in the sandbox",
+    }[args.setting]
     fig.suptitle(f"{task}, tiny model, verl on CPU): thin = one seed, thick = mean")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -252,7 +274,7 @@ def report(summary: dict, before: dict | None, args) -> str:
     """The study's table as Markdown: one row per method."""
     k = f"mean@{args.k}"
     lines = [
-        f"| method | seeds | val {k} at step {args.steps} (100 sums) | after: {k} (change) | after: greedy | "
+        f"| method | seeds | val {k} at step {args.steps} (held-out) | after: {k} (change) | after: greedy | "
         f"{k} − GRPO's, same seed [95% CI] | greedy − GRPO's [95% CI] | "
         f"steps to val {k} ≥ {args.target}: median [95% CI] |",
         "|---|---|---|---|---|---|---|---|",
@@ -362,7 +384,7 @@ def check_model(out: Path, setting) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--setting", choices=("learning", "testbed"), default="learning", help="the task and model")
+    p.add_argument("--setting", choices=("learning", "testbed", "code"), default="learning", help="the task and model")
     p.add_argument(
         "--methods",
         nargs="+",

@@ -275,3 +275,25 @@ def test_extra_trains_with_fixed_n_and_guided_prefixes(run):
     assert metrics[1]["xrpo/guided/queued"] > 0
     assert metrics[2]["xrpo/prefix/guided_rows_masked"] == metrics[2]["xrpo/prefix/guided_rows"] > 0
     assert metrics[2]["xrpo/prefix/masked_tokens_other_rows"] == 0
+
+
+def test_heldout_accuracy_counts_accepted_programs(code_model_dir):
+    """The code study's measurement on the real model and sandbox: greedy, mean@k and pass@k agree
+    with re-judging the same sampled programs, and pass@k >= mean@k on every problem."""
+    from transformers import AutoTokenizer
+
+    from xrpo_verl.local import learning
+
+    if bwrap_available() is not None:
+        pytest.skip("bubblewrap unavailable")
+    tokenizer = AutoTokenizer.from_pretrained(code_model_dir)
+    model = learning.load_actor(code_model_dir)
+    problems = code_task.train_and_heldout(32, 5)[1][:6]
+    found = code_rl.heldout_accuracy(model, tokenizer, problems, k=3, max_new_tokens=48, seed=7)
+    assert set(found) == {"greedy", "mean@3", "pass@3"}
+    for mean, best, greedy in zip(*(found[k].per_problem for k in ("mean@3", "pass@3", "greedy")), strict=True):
+        assert mean in (0, 1 / 3, 2 / 3, 1) and best in (0, 1) and greedy in (0, 1)
+        assert best >= mean and (best == 1) == (mean > 0)
+    # the same seed samples the same programs: re-judged one by one, the rates agree
+    rows = code_rl.judged_samples(model, tokenizer, problems, 3, 48, seed=7, concurrency=1)
+    assert [sum(r["acc"] for r in row) / 3 for row in rows] == pytest.approx(list(found["mean@3"].per_problem))

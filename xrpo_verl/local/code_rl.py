@@ -20,6 +20,9 @@ from xrpo_verl.local import code_task, launch, tiny_model
 # so that sampled programs pass on some problems and fail on others, the spread RL needs. The pass
 # rate at T=1 rises steeply with the steps here (README, "Code RL on CPU", has the measured curve).
 MODEL = tiny_model.TinyModelConfig(task="code", vocab_size=512, sft_steps=165, sft_schedule_steps=600)
+# Overrides of this task for recipes on our trainer config: an ICL example is a whole reference
+# program (~26 tokens), not the default's cut.
+XRPO_OVERRIDES = ("algorithm.xrpo.icl.max_example_tokens=48",)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def cpu_run(out_dir: str | Path, setting: CodeSetting = CodeSetting(), save_freq
     return launch.CpuRun.from_setting(setting, model_dir, train, heldout, out_dir, save_freq)
 
 
-def sampled_pass_rates(
+def judged_samples(
     model,
     tokenizer,
     problems,
@@ -93,8 +96,10 @@ def sampled_pass_rates(
     backend: str = "bwrap",
     seed: int = 0,
     concurrency: int = 4,
-) -> tuple[list[float], dict[str, int]]:
-    """Per-problem pass rate of k programs sampled at T=1, each judged in the sandbox; and the verdict counts.
+    greedy: bool = False,
+) -> list[list[dict]]:
+    """k programs per problem, sampled at T=1 (or greedy), each judged in the sandbox: the scorer's
+    results, per problem in sample order.
 
     Programs are judged `concurrency` at a time while the next sample is generated: the sandbox's
     processes wait on each other and on their own start-up more than they compute.
@@ -114,17 +119,15 @@ def sampled_pass_rates(
         add_special_tokens=False,
     )
     width = enc["input_ids"].shape[1]
-    sampling = GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    common = dict(
+        max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
+    if greedy:
+        sampling = GenerationConfig(do_sample=False, **common)
+    else:
+        sampling = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **common)
     tests = [{"problem": code_task.problem_dict(p)} for p in problems]
-    judged = []  # (problem index, future of its result)
+    futures: list[list] = [[] for _ in problems]
     torch.manual_seed(seed)
     with ThreadPoolExecutor(max(1, concurrency)) as pool:
         for _ in range(k):
@@ -132,10 +135,35 @@ def sampled_pass_rates(
                 ids = model.generate(**enc, generation_config=sampling)
             texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
             for i, text in enumerate(texts):
-                judged.append((i, pool.submit(compute_score, code_task.DATA_SOURCE, text, None, tests[i], config)))
-        rates, verdicts = [0.0] * len(problems), {}
-        for i, future in judged:
-            result = future.result()
-            rates[i] += result["score"] / k
-            verdicts[result["verdict"]] = verdicts.get(result["verdict"], 0) + 1
-    return rates, verdicts
+                futures[i].append(pool.submit(compute_score, code_task.DATA_SOURCE, text, None, tests[i], config))
+        return [[f.result() for f in row] for row in futures]
+
+
+def sampled_pass_rates(
+    model, tokenizer, problems, k: int, max_new_tokens: int, backend: str = "bwrap", seed: int = 0
+) -> tuple[list[float], dict[str, int]]:
+    """Per-problem pass rate of k programs sampled at T=1, each judged in the sandbox; and the verdict counts."""
+    results = judged_samples(model, tokenizer, problems, k, max_new_tokens, backend, seed)
+    verdicts: dict[str, int] = {}
+    for row in results:
+        for r in row:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    return [sum(r["score"] for r in row) / k for row in results], verdicts
+
+
+def heldout_accuracy(
+    model, tokenizer, problems, k: int, max_new_tokens: int, backend: str = "bwrap", seed: int = 0
+) -> dict:
+    """`{"greedy", "mean@k", "pass@k"}` Accuracy on `problems`: the greedy program accepted; the
+    share of k programs at T=1 accepted; any of the k accepted (an AC verdict, not a partial score)."""
+    from xrpo_verl.local.learning import accuracy
+    from xrpo_verl.rewards.result import is_success
+
+    greedy = judged_samples(model, tokenizer, problems, 1, max_new_tokens, backend, seed, greedy=True)
+    sampled = judged_samples(model, tokenizer, problems, k, max_new_tokens, backend, seed)
+    ok = [[is_success(r["acc"]) for r in row] for row in sampled]
+    return {
+        "greedy": accuracy([float(is_success(row[0]["acc"])) for row in greedy]),
+        f"mean@{k}": accuracy([sum(row) / k for row in ok]),
+        f"pass@{k}": accuracy([float(any(row)) for row in ok]),
+    }

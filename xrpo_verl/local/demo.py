@@ -246,7 +246,7 @@ def _code(args) -> Task:
         code_rl.prepare,
         code_rl.cpu_run,
         measured,
-        xrpo_extra=("algorithm.xrpo.icl.max_example_tokens=48",),  # a reference program is ~26 tokens
+        xrpo_extra=code_rl.XRPO_OVERRIDES,
         table=verdict_table,
     )
 
