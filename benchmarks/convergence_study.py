@@ -298,6 +298,11 @@ def report(summary: dict, before: dict | None, args) -> str:
     return "\n".join(lines)
 
 
+def _in_se(change: float, se: float) -> str:
+    """A change in standard errors; an SE of 0 (every problem moved alike, e.g. none) has none."""
+    return f"{change / se:+.1f} SE" if se > 0 else "SE 0"
+
+
 def seeds_report(summary: dict, before: dict) -> str:
     """Per run: the change on the measurement set, paired per problem, with its SE."""
     from xrpo_verl.local import learning
@@ -314,7 +319,7 @@ def seeds_report(summary: dict, before: dict) -> str:
                     versus_grpo.append("—")
                     continue
                 diff, se = learning.paired_change(base[seed][k], after[k])
-                versus_grpo.append(f"{diff:+.3f} ± {se:.3f} ({diff / se:+.1f} SE)")
+                versus_grpo.append(f"{diff:+.3f} ± {se:.3f} ({_in_se(diff, se)})")
             cells = []
             for k in before:
                 if not after.get(k) or "per_problem" not in before[k]:
@@ -322,7 +327,7 @@ def seeds_report(summary: dict, before: dict) -> str:
                     continue
                 change, se = learning.paired_change(before[k]["per_problem"], after[k])
                 moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
-                cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({change / se:.1f} SE)")
+                cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({_in_se(change, se)})")
             lines.append(f"| {method} | {seed} | " + " | ".join(cells + versus_grpo) + " |")
     return "\n".join(lines)
 

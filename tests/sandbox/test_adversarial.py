@@ -192,9 +192,14 @@ def test_concurrent_judging_from_many_threads(backend):
 
 
 def test_bwrap_leaves_no_work_dirs(bwrap_backend):
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "xrpo-sbx-*")))
+    def ours() -> set[str]:  # this backend's uids only: other sandboxes on the host come and go
+        return {
+            d for uid in bwrap_backend.uids for d in glob.glob(os.path.join(tempfile.gettempdir(), f"xrpo-sbx-{uid}-*"))
+        }
+
+    before = ours()
     assert _judge(bwrap_backend, "print('ok')").verdict is Verdict.AC
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "xrpo-sbx-*"))) <= before
+    assert ours() <= before
 
 
 def test_docker_leaves_no_container_even_when_interrupted(docker_backend):
