@@ -128,6 +128,38 @@ def test_bench_judge_per_test(benchmark, request, backend):
     _paired(benchmark, run, BATCH)
 
 
+TINY = {**PROBLEM, "tests": [{"input": "1 2\n", "output": "3"}] * 4}  # the tiny code task's shape
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_bench_judge_fork_vs_exec(benchmark, request, monkeypatch, backend):
+    """`judge()` of a 4-test Python submission with its tests forked from the runner
+    (`fork_python`, the default) against the same with a new interpreter per test, paired per
+    round: extra_info["ratio_vs_exec"] is the fork server's share of exec's time."""
+    from sandbox import Verdict, judge
+
+    be = request.getfixturevalue({"bwrap": "bwrap", "docker": "docker_be"}[backend])
+
+    def judged(fork: bool) -> None:
+        monkeypatch.setattr(be.config, "fork_python", fork)
+        assert judge(TINY, SOL, "python", backend=be).verdict is Verdict.AC
+
+    execs = []
+    benchmark.pedantic(
+        lambda: judged(True),
+        setup=lambda: execs.append(_timed(lambda: judged(False))),
+        rounds=ROUNDS,
+        iterations=1,
+        warmup_rounds=1,
+    )
+    forks = benchmark.stats.stats.data[-ROUNDS:]
+    ratios = [f / e for f, e in zip(forks, execs[-ROUNDS:])]
+    benchmark.extra_info["exec_per_submission_s"] = statistics.median(execs)
+    benchmark.extra_info["fork_per_submission_s"] = statistics.median(forks)
+    benchmark.extra_info["ratio_vs_exec"] = statistics.median(ratios)
+    benchmark.extra_info["ratio_p25_p75"] = [statistics.quantiles(ratios, n=4)[i] for i in (0, 2)]
+
+
 def _rate(run_one, workers: int, n: int) -> float:
     """Calls of run_one per second from `workers` threads."""
     t = time.perf_counter()

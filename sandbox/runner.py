@@ -76,9 +76,11 @@ def _popen(argv, cwd, env, preexec_fn, user, pass_fds, stdio):
     return p.pid
 
 
-def _fork_exec(argv, cwd, env, preexec_fn, stdio) -> int:
+def _fork_exec(argv, cwd, env, preexec_fn, stdio, in_process=None) -> int:
     """fork + execve, for the single-threaded batch runner: no subprocess import, no Popen per test.
-    An exec failure comes back through a close-on-exec pipe as OSError, like Popen's."""
+    An exec failure comes back through a close-on-exec pipe as OSError, like Popen's.
+    in_process(argv, env), when given, replaces the execve: it runs the program in the forked
+    child and never returns (see `run_python`)."""
     exe = argv[0] if "/" in argv[0] else _which(argv[0], (env or os.environ).get("PATH", os.defpath))
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -93,6 +95,9 @@ def _fork_exec(argv, cwd, env, preexec_fn, stdio) -> int:
                 os.chdir(cwd)
             if preexec_fn is not None:
                 preexec_fn()
+            if in_process is not None:
+                os.close(err_w)  # nothing is exec'd: the parent would wait on it until the program ends
+                in_process(argv, env if env is not None else dict(os.environ))
             os.execve(exe or argv[0], argv, env if env is not None else os.environ)
         except BaseException as e:  # noqa: BLE001 - anything here must end the child
             os.write(err_w, f"{getattr(e, 'errno', 0) or 0}:{e}".encode()[:1000])
@@ -128,11 +133,13 @@ def run_capped(
     pass_fds=(),
     preexec_fn=None,
     fork: bool = False,
+    in_process=None,
 ):
     """Run argv in a new session; kill its group on the wall clock or when stdout passes max_output.
 
     preexec_fn runs in the child before exec, after it switched to `user` (rlimits, cgroup join).
-    fork=True starts it with a bare fork+exec (single-threaded callers only; no user or pass_fds).
+    fork=True starts it with a bare fork+exec (single-threaded callers only; no user or pass_fds);
+    with in_process too, the forked child runs it without exec (`_fork_exec`).
 
     Returns a dict with the RunResult fields (stdout/stderr as bytes).
     """
@@ -142,7 +149,7 @@ def run_capped(
     err_r, err_w = os.pipe()
     try:
         if fork:
-            pid = _fork_exec(argv, cwd, env, preexec_fn, (in_r, out_w, err_w))
+            pid = _fork_exec(argv, cwd, env, preexec_fn, (in_r, out_w, err_w), in_process)
         else:
             pid = _popen(argv, cwd, env, preexec_fn, user, pass_fds, (in_r, out_w, err_w))
     except BaseException:
@@ -243,6 +250,135 @@ def _read(fd: int, chunks: dict, sizes: dict, is_stderr: bool) -> int:
     sizes[fd] += len(data)
     chunks[fd].append(data)
     return len(data)
+
+
+# ---- Python programs without a new interpreter (the batch runner's fork server) ----
+
+
+def forkable_python(argv: list[str], executable: str) -> bool:
+    """Whether argv is `python3 FILE [ARG...]` or `python3 -c CODE [ARG...]` for this interpreter:
+    what `run_python` runs in a forked child, as that command would, without starting Python."""
+    if len(argv) < 2 or argv[0] != executable:
+        return False
+    return (argv[1] == "-c" and len(argv) >= 3) or not argv[1].startswith("-")
+
+
+def prepare_python() -> None:
+    """Import once, in the runner, what every forked program needs: the site packages a plain
+    `python3` has on sys.path (the runner starts with -I -S), and the modules `run_python` uses."""
+    import atexit  # noqa: F401
+    import importlib.machinery  # noqa: F401
+    import site
+
+    site.main()
+
+
+def _std_streams() -> None:
+    """New sys.stdin/stdout/stderr over fds 0-2, configured as the interpreter's own (the runner
+    was started in the same environment, so its streams have the encoding a fresh python3 picks)."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        old = getattr(sys, "__" + name + "__")
+        stream = open(fd, mode, encoding=old.encoding, errors=old.errors, newline="\n", closefd=False)  # noqa: SIM115
+        stream.reconfigure(line_buffering=old.line_buffering, write_through=old.write_through)
+        setattr(sys, name, stream)
+        setattr(sys, "__" + name + "__", stream)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status `sys.exit(code)` gives, as the interpreter computes it."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(f"{code}\n")
+    except Exception:  # noqa: BLE001 - as the interpreter, ignore a broken stderr
+        pass
+    return 1
+
+
+def _report(exc: BaseException, filename: str) -> None:
+    """Print an uncaught exception as python3 would: from the program's first frame on (none for a
+    SyntaxError in its source), without the runner's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+def _main_module(filename: str | None):
+    """A fresh __main__ in sys.modules, as the interpreter makes for a script (filename) or -c."""
+    main = type(sys)("__main__")
+    main.__dict__.update({"__builtins__": __builtins__, "__package__": None, "__spec__": None})
+    if filename is not None:
+        from importlib.machinery import SourceFileLoader
+
+        main.__file__, main.__cached__ = filename, None
+        main.__loader__ = SourceFileLoader("__main__", filename)
+    sys.modules["__main__"] = main
+    return main
+
+
+def run_python(argv: list[str], env: dict) -> None:
+    """In a child forked from the runner: run `python3 FILE|-c CODE [ARG...]` as a new interpreter
+    would (sys.argv, sys.path[0], a fresh __main__, exit status and traceback, non-daemon threads
+    joined, atexit handlers, stdout flushed), then _exit. Never returns.
+
+    What it saves is the interpreter's start, several times a test's own cost for short
+    programs. The program inherits the runner's PR_SET_DUMPABLE 0 and nothing of its descriptors.
+    """
+    import atexit
+
+    os.environ.clear()
+    os.environ.update(env)
+    _std_streams()
+    status = 0
+    if argv[1] == "-c":
+        sys.argv, filename, source = ["-c", *argv[3:]], "<string>", argv[2]
+        sys.path.insert(0, "")
+    else:
+        sys.argv, filename = argv[1:], os.path.abspath(argv[1])
+        sys.path.insert(0, os.path.dirname(filename))
+    try:
+        main = _main_module(None if argv[1] == "-c" else filename)
+        if argv[1] != "-c":
+            with open(filename, "rb") as f:
+                source = f.read()  # compile() reads the coding cookie, as the interpreter does
+        exec(compile(source, filename, "exec"), main.__dict__)
+    except SystemExit as e:
+        status = _exit_status(e)
+    except BaseException as e:  # noqa: BLE001 - the program's uncaught exception
+        _report(e, filename)
+        status = 1
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()  # joins the program's non-daemon threads, as interpreter exit does
+        atexit._run_exitfuncs()
+    except SystemExit as e:
+        status = _exit_status(e)
+    except BaseException as e:  # noqa: BLE001
+        _report(e, filename)
+        status = 1
+    try:
+        sys.stdout.flush()
+    except Exception as e:  # noqa: BLE001 - python3 exits 120 when it cannot flush stdout
+        status = 120
+        _ignored(e)
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(status)
+
+
+def _ignored(exc: BaseException) -> None:
+    try:
+        stdout = f"<_io.TextIOWrapper name='<stdout>' mode='w' encoding='{sys.stdout.encoding}'>"
+        sys.stderr.write(f"Exception ignored in: {stdout}\n{type(exc).__name__}: {exc}\n")
+    except Exception:  # noqa: BLE001
+        pass
 
 
 # ---- in-sandbox batch runner (both backends) ----
@@ -559,6 +695,13 @@ def main(batch_path: str) -> int:
     if batch.get("seed"):
         _seed(batch["seed"])
     env = batch.get("env") or _DEFAULT_ENV
+    # Python programs run in a child forked from this interpreter (run_python) unless the batch
+    # asks for exec; a program that fetches files keeps exec (its open files are flushed at exit).
+    fork_python = batch.get("fork_python", True) and any(
+        forkable_python(step["argv"], sys.executable) and not step.get("fetch") for step in batch["steps"]
+    )
+    if fork_python:
+        prepare_python()
     for i, step in enumerate(batch["steps"]):
         _say({"begin": i})
         if batch.get("sync") and not sys.stdin.readline():
@@ -580,6 +723,9 @@ def main(batch_path: str) -> int:
                 env=env,
                 preexec_fn=lambda limits=limits: set_rlimits(limits),
                 fork=True,
+                in_process=run_python
+                if fork_python and forkable_python(step["argv"], sys.executable) and not step.get("fetch")
+                else None,
             )
         except OSError as e:  # the program cannot start (as a shell's 127)
             r = {

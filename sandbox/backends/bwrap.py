@@ -59,6 +59,8 @@ class BwrapConfig:
     """Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it."""
     lock_dir: str | None = None
     """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."""
+    fork_python: bool = True
+    """Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."""
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.uid_base < 1000 or self.uid_span < self.workers or self.tmp_mb < 1:
@@ -291,6 +293,7 @@ class BwrapSession(Session):
                     }
                 )
             batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV, "seed": _SRC_DIR}
+            batch["fork_python"] = self.backend.config.fork_python
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
         finally:

@@ -82,6 +82,8 @@ class DockerConfig:
     """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
     lock_dir: str | None = None
     """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under ~/.cache/xrpo-sandbox)."""
+    fork_python: bool = True
+    """Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."""
     idle_uid: int = 65534
     """uid of the keep-alive process (nobody)."""
     image: str = IMAGE
@@ -313,6 +315,7 @@ class DockerSession(Session):
                 }
             )
         batch = {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}
+        batch["fork_python"] = self.backend.config.fork_python
         write_file_nofollow(batch_dir, "batch", encode_batch(batch))
         self.w.fresh = False
         try:
