@@ -72,8 +72,55 @@ def test_tokenizer_config_keeps_other_tasks_cache_keys():
     # ...and the premise testbed's fields (styles, families, few-shot warm-up) too, at their defaults
     from xrpo_verl.local import code_rl
 
-    assert code_rl.MODEL.key == "687647743790"
+    assert code_rl.MODEL.key == "72da08585662"
+    # the code study's model (a fixed step count, before the stopping rule) keeps its key
+    assert TinyModelConfig(task="code", vocab_size=512, sft_steps=165, sft_schedule_steps=600).key == "687647743790"
     assert TinyModelConfig(task="code").key != TinyModelConfig(task="code", vocab_size=500).key
+
+
+SMALL = dict(task="code", vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1)
+SMALL["intermediate_size"] = 64
+
+
+def test_stopping_rule_is_checked():
+    with pytest.raises(ValueError, match="sft_stop_at needs task 'code'"):
+        TinyModelConfig(sft_stop_at=0.5)
+    with pytest.raises(ValueError, match="sft_stop_at"):
+        TinyModelConfig(task="code", sft_stop_at=1.5)
+    assert TinyModelConfig(task="code", sft_stop_at=0.4).key != TinyModelConfig(task="code", sft_stop_at=0.5).key
+
+
+def test_warm_up_stops_at_the_first_probe_that_reaches_the_target(monkeypatch):
+    """The rule over a probe stubbed with a rising share (the real probe is below): probes start at
+    half of sft_steps, every sft_probe_every steps, and the first at or over the target ends it."""
+    from xrpo_verl.local import tiny_model
+
+    config = TinyModelConfig(**SMALL, sft_steps=20, sft_batch_size=4, sft_stop_at=0.5, sft_probe_every=3)
+    shares = iter([0.1, 0.3, 0.5, 0.9])
+    monkeypatch.setattr(tiny_model, "sampled_match_rate", lambda *a, **k: next(shares))
+    tokenizer = tiny_model.build_tokenizer(config)
+    model = tiny_model.build_model(config, tokenizer)
+    probes = []
+    losses = tiny_model.warm_up(model, tokenizer, config, log_every=0, probes=probes)
+    assert probes == [(12, 0.1), (15, 0.3), (18, 0.5)]
+    assert len(losses) == 18
+
+
+def test_probe_samples_from_its_own_random_state():
+    """The real probe: a share in [0, 1] (0 for an untrained model), the same on a second call,
+    and the caller's torch random state untouched."""
+    import torch
+
+    from xrpo_verl.local import tiny_model
+
+    config = TinyModelConfig(**SMALL, sft_stop_at=0.5)
+    tokenizer = tiny_model.build_tokenizer(config)
+    model = tiny_model.build_model(config, tokenizer)
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = tiny_model.sampled_match_rate(model, tokenizer, config, seed=4)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert first == tiny_model.sampled_match_rate(model, tokenizer, config, seed=4) == 0.0
 
 
 @needs_bwrap

@@ -81,6 +81,13 @@ class TinyModelConfig:
     """length of the warm-up's lr schedule if longer than sft_steps (0: sft_steps); stopping early
     leaves a model that knows a procedure only partly, without the decay that a short schedule
     starts too soon for the procedure to be picked up at all"""
+    sft_stop_at: float = 0.0
+    """task 'code': end the warm-up at the first probe (every `sft_probe_every` steps from half of
+    sft_steps on) where this share of programs sampled at T = 1 equals the reference program (0:
+    run all sft_steps). The share rises steeply with the steps, and a CPU's numerics move the step
+    where it does: a target holds the start of RL where a step count does not"""
+    sft_probe_every: int = 4
+    """steps between two probes of `sft_stop_at`"""
     arith: ArithConfig = field(default_factory=ArithConfig)
     """problem distribution for the corpus and the warm-up (task 'arith')"""
     task: str = "arith"
@@ -116,6 +123,11 @@ class TinyModelConfig:
                 "need 0 <= fewshot_share <= 1, fewshot_k >= 1 and fewshot_pool > fewshot_k; got "
                 f"{self.fewshot_share}, {self.fewshot_k}, {self.fewshot_pool}"
             )
+        if self.sft_stop_at and (self.task != "code" or not 0 < self.sft_stop_at <= 1 or self.sft_probe_every < 1):
+            raise ValueError(
+                "sft_stop_at needs task 'code', 0 < sft_stop_at <= 1 and sft_probe_every >= 1; got "
+                f"{self.task!r}, {self.sft_stop_at}, {self.sft_probe_every}"
+            )
         if self.fewshot_share and self.task != "addition":
             raise ValueError(f"fewshot_share is implemented for task 'addition' only, not {self.task!r}")
         if self.sft_steps < 0 or self.sft_batch_size < 1 or self.sft_lr <= 0:
@@ -131,6 +143,8 @@ class TinyModelConfig:
             del fields["task"], fields["addition"]
         if not self.sft_schedule_steps:
             del fields["sft_schedule_steps"]
+        if not self.sft_stop_at:  # fields added with the stopping rule: older models keep their key
+            del fields["sft_stop_at"], fields["sft_probe_every"]
         if not self.fewshot_share:  # fields added with the premise testbed: older models keep their key
             del fields["fewshot_share"], fields["fewshot_k"], fields["fewshot_pool"]
         if "addition" in fields:  # fields added with the premise testbed, dropped at their defaults
@@ -319,10 +333,21 @@ def _token_mean_loss(model, tokenizer, parts: list[list[tuple[str, str]]]) -> to
     return total / tokens
 
 
+PROBE_PROBLEMS = 64  # problems of a `sft_stop_at` probe
+PROBE_SAMPLES = 2  # programs sampled per problem
+
+
 def warm_up(
-    model, tokenizer, config: TinyModelConfig, log_every: int = 100, pool: FewShotPool | None = None
+    model,
+    tokenizer,
+    config: TinyModelConfig,
+    log_every: int = 100,
+    pool: FewShotPool | None = None,
+    probes: list | None = None,
 ) -> list[float]:
-    """Supervised warm-up; returns the loss per step."""
+    """Supervised warm-up; returns the loss per step. With `config.sft_stop_at`, appends each
+    probe's (step, share of T = 1 samples equal to the reference) to `probes` and stops at the
+    first that reaches it."""
     rng = random.Random(config.seed + 2)
     opt = torch.optim.AdamW(model.parameters(), lr=config.sft_lr, weight_decay=0.0)
     horizon = max(config.sft_steps, config.sft_schedule_steps)
@@ -366,6 +391,13 @@ def warm_up(
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if config.sft_stop_at and step + 1 >= config.sft_steps // 2 and (step + 1) % config.sft_probe_every == 0:
+            share = sampled_match_rate(model, tokenizer, config, seed=step)
+            model.train()
+            if probes is not None:
+                probes.append((step + 1, share))
+            if share >= config.sft_stop_at:
+                break
         if log_every and (step + 1) % log_every == 0:
             print(
                 f"  warm-up step {step + 1}/{config.sft_steps} loss {loss.item():.3f} ({time.time() - start:.0f}s)",
@@ -373,6 +405,35 @@ def warm_up(
             )
     model.eval()
     return losses
+
+
+@torch.no_grad()
+def sampled_match_rate(model, tokenizer, config: TinyModelConfig, seed: int) -> float:
+    """Share of programs sampled at T = 1 (no top-k or top-p) that equal the reference program, over
+    PROBE_SAMPLES samples of PROBE_PROBLEMS fixed problems. The sampling draws from its own seeded
+    generator state, so the warm-up's own randomness is the same with or without probes."""
+    from transformers import GenerationConfig
+
+    model.eval()
+    problems = config.sample_problems(PROBE_PROBLEMS, config.seed + 11) * PROBE_SAMPLES
+    prompts = [chat_prompt(p.question) for p in problems]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed + 13 + seed)
+        out = model.generate(
+            **enc,
+            generation_config=GenerationConfig(
+                max_new_tokens=config.max_response_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            ),
+        )
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return sum(t.strip() == p.answer for p, t in zip(problems, texts, strict=True)) / len(problems)
 
 
 @torch.no_grad()
@@ -426,7 +487,8 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
     pool = FewShotPool(config) if config.fewshot_share else None  # MiniLM encodes the pool once
     tokenizer = build_tokenizer(config, pool)
     model = build_model(config, tokenizer)
-    losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0, pool=pool)
+    probes: list[tuple[int, float]] = []
+    losses = warm_up(model, tokenizer, config, log_every=100 if verbose else 0, pool=pool, probes=probes)
     # task 'code': the share of greedy responses equal to the reference program (a lower bound on AC)
     accuracy = greedy_accuracy(
         model, tokenizer, config.sample_problems(200, config.seed + 3), config.max_response_tokens
@@ -439,6 +501,8 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
         "config": asdict(config),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "final_sft_loss": losses[-1] if losses else None,
+        "sft_steps_run": len(losses),
+        "sft_probes": probes,
         "greedy_accuracy": accuracy,
         "build_seconds": round(time.time() - start, 1),
         "cpu_kernels": torch.backends.cpu.get_cpu_capability(),  # AVX2 where PINNED_KERNELS took effect
