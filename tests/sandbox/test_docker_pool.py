@@ -49,20 +49,28 @@ def test_a_killed_container_is_replaced_and_the_submission_judged(one_container)
     assert judge(AB, "print(4)", "python", backend=one_container).verdict is Verdict.WA
 
 
-def _kill_when_running(container, marker: str) -> threading.Thread:
-    """Kill the container once a process whose command line holds `marker` runs in it (so the
-    kill lands mid-run however loaded the machine is, not before the exec starts)."""
+def _kill_when_running(container) -> threading.Thread:
+    """Kill the container once a test runs in it (so the kill lands mid-run however loaded the
+    machine is, not before the exec starts). A Python test runs in a child the runner forks, under
+    the runner's command line, so a test is running when a runner.py process has a runner.py
+    parent. The thread's `seen` says whether it saw one before its deadline."""
+
+    def running(top: dict) -> bool:
+        titles = top.get("Titles") or []
+        procs = [dict(zip(titles, p)) for p in top.get("Processes") or []]
+        runners = {p["PID"] for p in procs if "runner.py" in p.get("CMD", "")}
+        return any(p["PPID"] in runners for p in procs if "runner.py" in p.get("CMD", ""))
 
     def kill():
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            procs = container.top().get("Processes") or []
-            if any(marker in " ".join(p) for p in procs):
-                break
-            time.sleep(0.1)
+        while time.monotonic() < deadline and not t.seen:
+            t.seen = running(container.top())
+            if not t.seen:
+                time.sleep(0.05)
         container.kill()
 
     t = threading.Thread(target=kill, daemon=True)
+    t.seen = False
     t.start()
     return t
 
@@ -76,9 +84,10 @@ def test_a_container_killed_while_a_test_runs_is_retried_never_scored(one_contai
     submission's: the session's first batch runs again on a fresh container."""
     assert judge(AB, SOL, "python", backend=one_container).verdict is Verdict.AC
     dead = _only_container(one_container)
-    killer = _kill_when_running(dead, "sol.py")  # the program sleeps 4 s
+    killer = _kill_when_running(dead)  # the program sleeps 4 s
     r = judge(SLOW, SLOW_SOL, "python", backend=one_container)
     killer.join()
+    assert killer.seen, "the kill did not land while a test ran"
     assert r.verdict is Verdict.AC, r.message
     assert _only_container(one_container).id != dead.id
 
@@ -88,9 +97,10 @@ def test_a_container_killed_under_a_later_batch_is_a_sandbox_error(one_container
     the sandbox's ERROR (verdict SE, retried by the scorer), never as the program's crash."""
     with one_container.session() as s:
         assert s.run(RunSpec(["/usr/bin/python3", "-c", "print(1)"])).status is RunStatus.OK
-        killer = _kill_when_running(s.w.container, "time.sleep(4)")
+        killer = _kill_when_running(s.w.container)
         r = s.run(RunSpec(["/usr/bin/python3", "-c", "import time; time.sleep(4)"], limits=Limits(wall_s=10)))
         killer.join()
+        assert killer.seen, "the kill did not land while a test ran"
     assert r.status is RunStatus.ERROR, r
     assert "container died" in r.message
 
