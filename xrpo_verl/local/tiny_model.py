@@ -41,8 +41,9 @@ CHAT_TEMPLATE = (
 DONE_MARKER = "xrpo_tiny_model.json"
 # CPUs differ in the vector width of torch's kernels (AVX2 or AVX-512, picked at run time), hence in
 # the last bits of every sum; over a warm-up of hundreds of steps that grows into another model
-# (benchmarks/RESULTS.md). The build pins the kernels, so the same config gives the same weights on
-# every x86-64 CPU with AVX2; the variables are read once, when torch and MKL load.
+# (benchmarks/RESULTS.md). The build pins the kernels, which gave the same weights on AVX2 and AVX-512
+# machines but not on one with AMX (RESULTS.md, "The code model across CPUs"); the variables are
+# read once, when torch and MKL load.
 PINNED_KERNELS = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "AVX2",
