@@ -24,9 +24,11 @@ PROGRAMS = {
     "eof": ("input()\ninput()", b"1\n", ("exited", 1, b""), "EOFError: EOF when reading a line\n"),
     "syntax": ("print(1", b"", ("exited", 1, b""), "SyntaxError: '(' was never closed\n"),
     "thread_joined": (
+        # the thread prints only after the main thread has printed and is about to end
         "import threading, time\n"
-        "def w():\n    time.sleep(0.05)\n    print('late')\n"
-        "threading.Thread(target=w).start()\nprint('early')",
+        "printed = threading.Event()\n"
+        "def w():\n    printed.wait()\n    time.sleep(0.05)\n    print('late')\n"
+        "threading.Thread(target=w).start()\nprint('early')\nprinted.set()",
         b"",
         ("ok", 0, b"early\nlate\n"),
         "",
