@@ -697,10 +697,11 @@ def main(batch_path: str) -> int:
     env = batch.get("env") or _DEFAULT_ENV
     # Python programs run in a child forked from this interpreter (run_python) unless the batch
     # asks for exec; a program that fetches files keeps exec (its open files are flushed at exit).
-    fork_python = batch.get("fork_python", True) and any(
-        forkable_python(step["argv"], sys.executable) and not step.get("fetch") for step in batch["steps"]
-    )
-    if fork_python:
+    forked = [
+        batch.get("fork_python", True) and forkable_python(step["argv"], sys.executable) and not step.get("fetch")
+        for step in batch["steps"]
+    ]
+    if any(forked):
         prepare_python()
     for i, step in enumerate(batch["steps"]):
         _say({"begin": i})
@@ -723,9 +724,7 @@ def main(batch_path: str) -> int:
                 env=env,
                 preexec_fn=lambda limits=limits: set_rlimits(limits),
                 fork=True,
-                in_process=run_python
-                if fork_python and forkable_python(step["argv"], sys.executable) and not step.get("fetch")
-                else None,
+                in_process=run_python if forked[i] else None,
             )
         except OSError as e:  # the program cannot start (as a shell's 127)
             r = {

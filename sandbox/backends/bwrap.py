@@ -292,8 +292,14 @@ class BwrapSession(Session):
                         "fetch": list(spec.fetch),
                     }
                 )
-            batch = {"steps": steps, "stop_on_failure": stop_on_failure, "sync": True, "env": _ENV, "seed": _SRC_DIR}
-            batch["fork_python"] = self.backend.config.fork_python
+            batch = {
+                "steps": steps,
+                "stop_on_failure": stop_on_failure,
+                "sync": True,
+                "env": _ENV,
+                "seed": _SRC_DIR,
+                "fork_python": self.backend.config.fork_python,
+            }
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
             return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
         finally:

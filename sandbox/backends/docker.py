@@ -314,8 +314,12 @@ class DockerSession(Session):
                     "fetch": list(spec.fetch),
                 }
             )
-        batch = {"steps": steps, "stop_on_failure": stop_on_failure, "reset": self.w.fresh}
-        batch["fork_python"] = self.backend.config.fork_python
+        batch = {
+            "steps": steps,
+            "stop_on_failure": stop_on_failure,
+            "reset": self.w.fresh,
+            "fork_python": self.backend.config.fork_python,
+        }
         write_file_nofollow(batch_dir, "batch", encode_batch(batch))
         self.w.fresh = False
         try:
