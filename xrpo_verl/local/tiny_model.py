@@ -417,23 +417,27 @@ def sampled_match_rate(model, tokenizer, config: TinyModelConfig, seed: int) -> 
 
     model.eval()
     problems = config.sample_problems(PROBE_PROBLEMS, config.seed + 11) * PROBE_SAMPLES
-    prompts = [chat_prompt(p.question) for p in problems]
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed + 13 + seed)
-        out = model.generate(
-            **enc,
-            generation_config=GenerationConfig(
-                max_new_tokens=config.max_response_tokens,
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            ),
+        sampling = GenerationConfig(
+            max_new_tokens=config.max_response_tokens, do_sample=True, temperature=1.0, top_k=0, top_p=1.0
         )
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        texts = _responses(model, tokenizer, problems, sampling)
+    return _reference_share(problems, texts)
+
+
+def _responses(model, tokenizer, problems, generation_config) -> list[str]:
+    """The model's response to each problem's chat prompt (left-padded batch), special tokens dropped."""
+    generation_config.eos_token_id = tokenizer.eos_token_id
+    generation_config.pad_token_id = tokenizer.pad_token_id
+    prompts = [chat_prompt(p.question) for p in problems]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    out = model.generate(**enc, generation_config=generation_config)
+    return tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+def _reference_share(problems, texts: list[str]) -> float:
+    """Task 'code': the share of responses that are the reference program verbatim (no sandbox here)."""
     return sum(t.strip() == p.answer for p, t in zip(problems, texts, strict=True)) / len(problems)
 
 
@@ -442,20 +446,9 @@ def greedy_accuracy(model, tokenizer, problems, max_new_tokens: int = 24) -> flo
     """Fraction of problems whose greedy response contains the right `\\boxed{}` answer."""
     from transformers import GenerationConfig
 
-    prompts = [chat_prompt(p.question) for p in problems]
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    out = model.generate(
-        **enc,
-        generation_config=GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-    )
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
-    if isinstance(problems[0], code_task.CodeProblem):  # the reference program verbatim (no sandbox here)
-        return sum(t.strip() == p.answer for p, t in zip(problems, texts, strict=True)) / len(problems)
+    texts = _responses(model, tokenizer, problems, GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False))
+    if isinstance(problems[0], code_task.CodeProblem):
+        return _reference_share(problems, texts)
     scores = [compute_score(arith.DATA_SOURCE, t, str(p.answer))["score"] for p, t in zip(problems, texts, strict=True)]
     return sum(scores) / max(1, len(scores))
 
