@@ -10,6 +10,7 @@ import sys
 
 from xrpo_verl import config as C
 from xrpo_verl.local.code_rl import CodeSetting
+from xrpo_verl.local.hf_rollout import HFEngineConfig
 from xrpo_verl.local.launch import CpuRun
 from xrpo_verl.local.learning import LearningSetting
 from xrpo_verl.rewards.code import CodeRewardConfig
@@ -29,8 +30,8 @@ SECTIONS = [
     ),
     (
         "CPU runs: `xrpo_verl/local/`",
-        "The sizes of the demo's, the tests' and the benchmarks' runs of verl's trainer on CPU.",
-        (CpuRun, LearningSetting, CodeSetting),
+        "The sizes of the demo's, the tests' and the benchmarks' CPU runs of verl; the `hf` rollout's engine.",
+        (CpuRun, LearningSetting, CodeSetting, HFEngineConfig),
     ),
 ]
 ALL_SETTINGS = tuple(cls for _, _, classes in SECTIONS for cls in classes)

@@ -6,7 +6,17 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
-from xrpo_verl.local.hf_rollout import HFServer, SamplingSettings, length_buckets, max_new_tokens, trim_response
+from xrpo_verl.local import hf_rollout
+from xrpo_verl.local.hf_rollout import (
+    HFEngineConfig,
+    HFServer,
+    SamplingSettings,
+    length_buckets,
+    max_new_tokens,
+    trim_response,
+)
+
+GENERATE = HFEngineConfig(engine="generate")
 
 
 # ---- pure helpers -----------------------------------------------------------------------------
@@ -51,7 +61,9 @@ def _forward_logps(model, prompt, response):
 def test_batched_generate_returns_forward_pass_logprobs(micro_model_dir):
     """Concurrent requests of different prompt lengths share one left-padded generate call, and
     each returned log-prob equals the unpadded forward pass of that sequence (T=1, no warpers)."""
-    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=12, max_model_len=76, max_batch=64)
+    server = HFServer(
+        str(micro_model_dir), prompt_length=64, response_length=12, max_model_len=76, max_batch=64, engine=GENERATE
+    )
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompts = [_prompt_ids(tok, q) for q in ("1+2=?", "9-3=?", "4+4=?")]
     prompts.append(prompts[0] + prompts[1])  # a longer prompt forces left padding
@@ -75,7 +87,9 @@ def test_a_finished_row_returns_while_longer_rows_still_decode(micro_model_dir):
     """A row whose budget ends after 2 tokens is handed back during its `generate` call (the call
     counter has not moved yet), so its reward can be judged meanwhile; early or not, every row's
     log-probs equal the forward pass of its sequence."""
-    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=24, max_model_len=88, max_batch=64)
+    server = HFServer(
+        str(micro_model_dir), prompt_length=64, response_length=24, max_model_len=88, max_batch=64, engine=GENERATE
+    )
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "1+2=?")
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -105,10 +119,11 @@ def test_requests_trickling_in_share_one_generate_call(micro_model_dir):
     """Requests spaced by less than the quiet gap (here 20 ms apart over 100 ms, as the agent loop's
     tokenizer threads and load-balancer calls spread a step's prompts) still form one batch; a
     fixed window from the first request split such a step into several decoding passes."""
-    from xrpo_verl.local import hf_rollout
 
     gap = hf_rollout.BATCH_QUIET_S * 0.4
-    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=4, max_model_len=68, max_batch=64)
+    server = HFServer(
+        str(micro_model_dir), prompt_length=64, response_length=4, max_model_len=68, max_batch=64, engine=GENERATE
+    )
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "1+2=?")
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
@@ -143,7 +158,9 @@ def test_length_buckets_by_hand():
 def test_a_long_prompt_gets_its_own_generate_call(micro_model_dir):
     """A prompt far longer than the rest is generated apart (its padding would widen every row),
     and its log-probs still match the forward pass."""
-    server = HFServer(str(micro_model_dir), prompt_length=700, response_length=8, max_model_len=708, max_batch=64)
+    server = HFServer(
+        str(micro_model_dir), prompt_length=700, response_length=8, max_model_len=708, max_batch=64, engine=GENERATE
+    )
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     short = _prompt_ids(tok, "1+2=?")
     long = short * (600 // len(short))
@@ -161,15 +178,29 @@ def test_a_long_prompt_gets_its_own_generate_call(micro_model_dir):
     assert torch.allclose(torch.tensor(outputs[-1].log_probs), ref, atol=1e-4)
 
 
-def test_weight_update_replaces_the_policy(micro_model_dir):
-    server = HFServer(str(micro_model_dir), prompt_length=64, response_length=8, max_model_len=72, max_batch=8)
+@pytest.mark.parametrize("engine", ["generate", "continuous"])
+def test_weight_update_replaces_the_policy(micro_model_dir, engine):
+    server = HFServer(
+        str(micro_model_dir),
+        prompt_length=64,
+        response_length=8,
+        max_model_len=72,
+        max_batch=8,
+        engine=HFEngineConfig(engine=engine),
+    )
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "2+5=?")
     torch.manual_seed(1)
     other = Qwen2ForCausalLM(server.model.config).eval()  # different random weights, same shapes
-    # named_parameters() would drop the tied lm_head alias; the server takes the full state dict.
-    assert server.update_weights_from_state_dict(other.state_dict(), global_steps=3) == len(other.state_dict())
-    out = asyncio.run(server.generate(prompt, {"temperature": 1.0, "logprobs": True}, request_id="a"))
+
+    async def generate_update_generate():  # one event loop: the generate engine's batcher lives on it
+        await server.generate(prompt, {"temperature": 1.0}, request_id="before")  # the engine is up
+        # named_parameters() would drop the tied lm_head alias; the server takes the full state dict.
+        assert server.update_weights_from_state_dict(other.state_dict(), global_steps=3) == len(other.state_dict())
+        return await server.generate(prompt, {"temperature": 1.0, "logprobs": True}, request_id="a")
+
+    out = asyncio.run(generate_update_generate())
+    server.close()
     assert out.extra_fields["global_steps"] == 3
     assert torch.allclose(torch.tensor(out.log_probs), _forward_logps(other, prompt, out.token_ids), atol=1e-4)
     original = AutoModelForCausalLM.from_pretrained(micro_model_dir).eval()
@@ -178,3 +209,92 @@ def test_weight_update_replaces_the_policy(micro_model_dir):
         server.update_weights_from_state_dict({"no.such.weight": torch.zeros(1)})
     with pytest.raises(ValueError, match="shape"):
         server.update_weights_from_state_dict({"model.norm.weight": torch.zeros(3)})
+
+
+# ---- the continuous engine (transformers' continuous batching) -----------------------------------
+GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+
+def test_continuous_engine_gives_generate_engines_greedy_rows(micro_model_dir):
+    """Prompts of different lengths arriving at different times, each with its own budget: the
+    continuous engine returns, row for row, the greedy tokens of the padded `generate` engine, and
+    log-probs equal to the unpadded forward pass of each sequence."""
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    short = [_prompt_ids(tok, q) for q in ("1+2=?", "9-3=?", "4+4=?")]
+    prompts = [*short, short[0] + short[1] + short[2]]
+    budgets = [3, 16, 9, 16]
+
+    def serve(engine):
+        server = HFServer(
+            str(micro_model_dir),
+            prompt_length=128,
+            response_length=16,
+            max_model_len=144,
+            max_batch=64,
+            engine=HFEngineConfig(engine=engine),
+        )
+
+        async def one(i):
+            await asyncio.sleep(0.02 * i)
+            return await server.generate(prompts[i], {**GREEDY, "max_tokens": budgets[i]}, request_id=str(i))
+
+        async def run_all():
+            return await asyncio.gather(*[one(i) for i in range(len(prompts))])
+
+        outputs = asyncio.run(run_all())
+        server.close()
+        return server, outputs
+
+    server, continuous = serve("continuous")
+    _, padded = serve("generate")
+    assert server.stats() == {"generate_calls": 0, "requests": 4}
+    for prompt, budget, out, ref in zip(prompts, budgets, continuous, padded, strict=True):
+        assert out.token_ids == ref.token_ids
+        assert 1 <= len(out.token_ids) <= budget and len(out.log_probs) == len(out.token_ids)
+        logps = _forward_logps(server.model, prompt, out.token_ids)
+        assert torch.allclose(torch.tensor(out.log_probs), logps, atol=1e-4), (out.log_probs, logps.tolist())
+
+
+@pytest.mark.parametrize("engine", ["generate", "continuous"])
+def test_a_late_request_joins_the_running_batch_only_on_the_continuous_engine(micro_model_dir, engine):
+    """A 2-token request sent while a 200-token row decodes (after the generate engine's quiet gap,
+    so it is not batched with it): the continuous engine admits it at the next decoding step and
+    returns it long before the long row ends; the generate engine cannot start it until its running
+    call has finished. (The EOS is set to an id the model never samples, so the long row runs its
+    whole budget, which is all the micro model's positions allow.)"""
+    server = HFServer(
+        str(micro_model_dir),
+        prompt_length=48,
+        response_length=200,
+        max_model_len=248,
+        max_batch=64,
+        engine=HFEngineConfig(engine=engine),
+    )
+    server.eos_ids = [server.model.config.vocab_size + 7]
+    tok = AutoTokenizer.from_pretrained(micro_model_dir)
+    prompt = _prompt_ids(tok, "1+2=?")
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
+    finished: list[str] = []
+
+    async def request(name, budget, delay):
+        await asyncio.sleep(delay)
+        out = await server.generate(prompt, {**params, "max_tokens": budget}, request_id=name)
+        finished.append(name)
+        return out
+
+    async def run_all():
+        return await asyncio.gather(request("long", 200, 0.0), request("late", 2, 2 * hf_rollout.BATCH_QUIET_S))
+
+    long, late = asyncio.run(run_all())
+    server.close()
+    assert len(long.token_ids) == 200 and len(late.token_ids) == 2
+    assert finished == (["late", "long"] if engine == "continuous" else ["long", "late"])
+
+
+def test_engine_settings_are_checked():
+    assert HFEngineConfig.from_dict({"engine": "generate"}).engine == "generate"
+    assert HFEngineConfig().engine == "generate"  # the engine the CPU records were made with
+    with pytest.raises(ValueError, match="unknown key"):
+        HFEngineConfig.from_dict({"engnie": "generate"})
+    with pytest.raises(ValueError, match="cache_tokens"):
+        HFEngineConfig(cache_tokens=0)

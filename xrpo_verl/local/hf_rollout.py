@@ -5,24 +5,34 @@ Selected with `actor_rollout_ref.rollout.name=hf`; registered by `xrpo_verl.loca
 is on. Three pieces, as verl wires hybrid (colocated, `sync`) rollout:
 
 - `HFReplica` (driver/TaskRunner side): launches one `HFServer` Ray actor per replica.
-- `HFServer` (Ray actor): batches concurrent `generate` requests into one `model.generate` call
-  and returns token ids plus per-token log-probs, each row as soon as it is finished (so its
-  reward is judged while longer rows still decode); takes weights as a state dict.
+- `HFServer` (Ray actor): token ids plus per-token log-probs for each request, returned as soon as
+  its row is finished (so its reward is judged while longer rows still decode); takes weights as a
+  state dict. Two engines (`HFEngineConfig.engine`, set by `rollout.engine_kwargs.hf.engine`):
+  `generate` (default) batches the requests that arrive together into `model.generate` calls, each
+  of which runs to its longest row before the next call starts; `continuous` hands every request to
+  transformers' continuous batching, which admits it into the running batch between decoding steps
+  as vLLM's scheduler does, with no padding.
 - `HFServerAdapter` (inside each actor worker): receives the actor's weights each step
   (workers/engine_workers.py:728-826, naive sync path) and forwards them to its server.
 """
 
 import asyncio
+import itertools
+import math
 import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import ray
 import torch
 from transformers import AutoModelForCausalLM, GenerationConfig, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from xrpo_verl.config import Config, check_range, option
 
 BACKEND_NAME = "hf"
 ADAPTER_PATH = "xrpo_verl.local.hf_rollout.HFServerAdapter"
@@ -40,6 +50,34 @@ BATCH_MAX_WAIT_S = 1.0
 # this many padded prompt positions cost on the tiny model (`generate` of 8-64 rows x 16-200 tokens,
 # 32 new tokens, 1 thread: ~0.15 s a call, ~0.27 ms a position).
 CALL_COST_POSITIONS = 512
+
+
+@dataclass
+class HFEngineConfig(Config):
+    """The hf server's engine (`actor_rollout_ref.rollout.engine_kwargs.hf.*`)."""
+
+    engine: Literal["generate", "continuous"] = option(
+        "generate",
+        "generate: requests arriving together share `model.generate` calls, each run to its longest row; "
+        "continuous: requests join the running batch between decoding steps (transformers' continuous "
+        "batching), so a planner round's rollouts start while the last round's still decode (no faster on "
+        "the CPU settings: benchmarks/RESULTS.md). [I]",
+    )
+    max_batch_tokens: int = option(
+        1024, "Continuous engine: most tokens (prompt chunks and decoding rows) in one forward pass. [I]"
+    )
+    block_size: int = option(32, "Continuous engine: tokens per block of its paged KV cache. [I]")
+    cache_tokens: int = option(
+        16384,
+        "Continuous engine: KV cache size in tokens (at least one max_model_len sequence); requests beyond it "
+        "wait for blocks to free. [I]",
+    )
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        check_range("HFEngineConfig.max_batch_tokens", self.max_batch_tokens, lo=1)
+        check_range("HFEngineConfig.block_size", self.block_size, lo=1)
+        check_range("HFEngineConfig.cache_tokens", self.cache_tokens, lo=1)
 
 
 def server_actor_name(replica_rank: int, node_rank: int = 0) -> str:
@@ -92,7 +130,9 @@ class SamplingSettings:
             repetition_penalty=float(params.get("repetition_penalty", 1.0)),
         )
 
-    def generation_config(self, max_tokens: int, eos_ids: list[int], pad_id: int) -> GenerationConfig:
+    def generation_config(
+        self, max_tokens: int, eos_ids: list[int], pad_id: int, scores: bool = True
+    ) -> GenerationConfig:
         # A fresh config, so defaults from the model's generation_config.json (e.g. top_k=50) never leak in.
         return GenerationConfig(
             max_new_tokens=max_tokens,
@@ -103,8 +143,7 @@ class SamplingSettings:
             repetition_penalty=self.repetition_penalty,
             eos_token_id=eos_ids,
             pad_token_id=pad_id,
-            output_scores=True,
-            return_dict_in_generate=True,
+            **({"output_scores": True, "return_dict_in_generate": True} if scores else {}),
         )
 
 
@@ -198,8 +237,10 @@ class HFServer:
         max_model_len: int,
         max_batch: int,
         name: str = "hf_server",
+        engine: HFEngineConfig | None = None,
     ):
         self.name = name
+        self.engine = engine or HFEngineConfig()
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa")
         self.model.eval()
@@ -216,6 +257,10 @@ class HFServer:
         self._model_lock = threading.Lock()  # generation and weight loads never overlap
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
+        # continuous engine: one manager per sampling settings (its sampler is fixed when it starts)
+        self._managers: dict[SamplingSettings, object] = {}
+        self._request_ids = itertools.count()
+        self._in_flight = 0
 
     # ---- generation ----------------------------------------------------------------------
     async def generate(
@@ -229,18 +274,78 @@ class HFServer:
         requested = params.pop("max_tokens", params.pop("max_new_tokens", None))
         max_tokens = budget if requested is None else max(1, min(int(requested), self.max_model_len - len(prompt_ids)))
         want_logprobs = bool(params.pop("logprobs", False))
-        if self._worker is None:
-            self._queue = asyncio.Queue()
-            self._worker = asyncio.create_task(self._serve_batches())
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(prompt_ids, max_tokens, SamplingSettings.from_verl(params), future))
-        token_ids, log_probs = await future
+        settings = SamplingSettings.from_verl(params)
+        if self.engine.engine == "continuous":
+            token_ids, log_probs = await self._generate_continuous(prompt_ids, max_tokens, settings)
+        else:
+            if self._worker is None:
+                self._queue = asyncio.Queue()
+                self._worker = asyncio.create_task(self._serve_batches())
+            future = asyncio.get_running_loop().create_future()
+            await self._queue.put(_Request(prompt_ids, max_tokens, settings, future))
+            token_ids, log_probs = await future
         return TokenOutput(
             token_ids=token_ids,
             log_probs=log_probs if want_logprobs else None,
             stop_reason="completed",
             extra_fields={"global_steps": self.global_steps},
         )
+
+    # ---- continuous engine ---------------------------------------------------------------------
+    async def _generate_continuous(
+        self, prompt_ids: list[int], max_tokens: int, settings: SamplingSettings
+    ) -> tuple[list[int], list[float]]:
+        """One request through the continuous-batching manager of its sampling settings: admitted into
+        the running batch at the next decoding step, handed back at the step that finishes it."""
+        manager = self._manager(settings)
+        future = asyncio.get_running_loop().create_future()
+        request_id = f"hf{next(self._request_ids)}"
+
+        def on_output(output) -> None:  # on this event loop, from the manager's thread
+            if future.done():
+                return
+            if output.error is not None:
+                future.set_exception(RuntimeError(f"hf continuous engine failed request {request_id}: {output.error}"))
+            elif output.is_finished():
+                future.set_result((list(output.generated_tokens), list(output.logprobs)))
+
+        manager.register_result_handler(request_id, on_output)
+        self._in_flight += 1
+        try:
+            manager.add_request(prompt_ids, request_id=request_id, max_new_tokens=max_tokens, eos_token_id=self.eos_ids)
+            tokens, log_probs = await future
+        finally:
+            self._in_flight -= 1
+        self.num_requests += 1
+        keep = trim_response(tokens, max_tokens, set(self.eos_ids))
+        return tokens[:keep], log_probs[:keep]
+
+    def _manager(self, settings: SamplingSettings):
+        """The running manager for `settings`, started on first use; its thread is a daemon, so it
+        never holds the process open."""
+        manager = self._managers.get(settings)
+        if manager is not None:
+            return manager
+        cfg = ContinuousBatchingConfig(
+            return_logprobs=True,
+            block_size=self.engine.block_size,
+            num_blocks=math.ceil(max(self.engine.cache_tokens, self.max_model_len) / self.engine.block_size),
+            max_batch_tokens=self.engine.max_batch_tokens,
+        )
+        generation = settings.generation_config(self.response_length, self.eos_ids, self.pad_id, scores=False)
+        with self._model_lock:
+            manager = self.model.init_continuous_batching(generation_config=generation, continuous_batching_config=cfg)
+        starter = threading.Thread(target=manager.start, daemon=True)  # the manager's thread inherits daemon
+        starter.start()
+        starter.join()
+        self._managers[settings] = manager
+        return manager
+
+    def close(self) -> None:
+        """Stop the continuous engine's managers (their requests finish first)."""
+        for manager in self._managers.values():
+            manager.stop(block=True)
+        self._managers.clear()
 
     async def _next_batch(self) -> list[_Request]:
         """The first waiting request and every one that follows it with gaps under BATCH_QUIET_S."""
@@ -324,6 +429,10 @@ class HFServer:
     # ---- weights ---------------------------------------------------------------------------
     def update_weights_from_state_dict(self, state: dict[str, torch.Tensor], global_steps=None) -> int:
         """Copy tensors in place; `state_dict(keep_vars=True)` includes tied aliases (lm_head)."""
+        if self._in_flight:
+            raise RuntimeError(
+                f"weights pushed while {self._in_flight} requests are generating; verl syncs between steps"
+            )
         params = self.model.state_dict(keep_vars=True)
         unknown = sorted(set(state) - set(params))
         if unknown:
@@ -411,6 +520,7 @@ class HFReplica(RolloutReplica):
                 max_model_len,
                 max(1, cfg.max_num_seqs),
                 name,
+                HFEngineConfig.from_dict(dict((cfg.engine_kwargs or {}).get("hf") or {})),
             )
         )
         address = await server.get_server_address.remote()  # surfaces a failed model load here
