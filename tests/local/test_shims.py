@@ -83,6 +83,7 @@ def test_shim_targets_exist_in_installed_verl():
     assert fsdp_utils.CPUOffloadPolicy is not None and transformer_impl.CPUOffloadPolicy is not None
     assert callable(import_utils.is_trl_available)
     assert callable(ReplayBuffer._wait_for_next_poll)
+    assert callable(transformer_impl.prepare_micro_batches)  # wrapped by name in this module
     assert ("cuda", "nvidia") in EngineRegistry._engines["language_model"][
         "fsdp2"
     ] or "cuda" in EngineRegistry._engines["language_model"]["fsdp2"]

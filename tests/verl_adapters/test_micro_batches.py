@@ -4,7 +4,14 @@ import random
 
 import pytest
 
-from xrpo_verl.verl_adapters.micro_batches import padded_positions, padding_share, sorted_within_blocks
+from xrpo_verl.verl_adapters.micro_batches import (
+    MICRO_BATCHES_ENV,
+    cut_by_padding,
+    padded_cuts,
+    padded_positions,
+    padding_share,
+    sorted_within_blocks,
+)
 
 
 def test_sorted_within_blocks_by_hand():
@@ -79,15 +86,16 @@ def _response_logps(model, rows, width):
     return out, resp_mask
 
 
-def _accumulated_grad(model, rows, micro, batch_num_tokens):
-    """verl's accumulation: each micro-batch padded to its own width, its token-mean loss divided by
-    `batch_num_tokens` (engine: the mini-batch's), one backward per micro-batch."""
+def _accumulated_grad(model, rows, micro, batch_num_tokens, cuts=None):
+    """verl's accumulation: each micro-batch (`micro` rows, or the given `cuts`) padded to its own
+    width, its token-mean loss divided by `batch_num_tokens` (engine: the mini-batch's), one
+    backward per micro-batch."""
     import torch
     from verl.trainer.ppo.core_algos import agg_loss
 
     model.zero_grad()
-    for start in range(0, len(rows), micro):
-        chunk = rows[start : start + micro]
+    for cut in cuts or [range(start, min(start + micro, len(rows))) for start in range(0, len(rows), micro)]:
+        chunk = rows[cut.start : cut.stop]
         logp, resp_mask = _response_logps(model, chunk, max(len(p) + len(r) for p, r, _ in chunk))
         adv = torch.tensor([a for _, _, a in chunk]).unsqueeze(-1)
         tokens = int(resp_mask.sum()) if batch_num_tokens is None else batch_num_tokens
@@ -133,11 +141,82 @@ def test_sorted_micro_batches_give_the_one_micro_batch_gradient():
         order = sorted_within_blocks([len(p) + len(r) for p, r, _ in rows], 16)
         sorted_rows = [rows[i] for i in order]
         many = _accumulated_grad(model, sorted_rows, micro=4, batch_num_tokens=total)
+        widths = [len(p) + len(r) for p, r, _ in sorted_rows]
+        cuts = padded_cuts(widths, max_rows=8, call_cost=16)
+        by_padding = _accumulated_grad(model, sorted_rows, micro=8, batch_num_tokens=total, cuts=cuts)
         # dividing by each micro-batch's own tokens (not verl's rule) would weight rows unequally
         wrong = _accumulated_grad(model, sorted_rows, micro=4, batch_num_tokens=None)
     finally:
         torch.set_default_dtype(torch.float32)
     assert torch.allclose(many, one, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(by_padding, one, rtol=1e-9, atol=1e-12)
     assert not torch.allclose(wrong, one, rtol=1e-3, atol=1e-6)
-    widths = [len(p) + len(r) for p, r, _ in sorted_rows]
     assert padded_positions(widths, 4) < padded_positions(widths, 16)  # and it pads less
+    # the three long rows (prompts of 40) get a micro-batch of their own
+    assert len(cuts[-1]) == 3 and min(widths[i] for i in cuts[-1]) > max(widths[i] for i in range(cuts[-1].start))
+
+
+# ---- micro-batches cut by padded positions ---------------------------------------------------------
+def _cost(lengths, cuts, call_cost):
+    return sum(len(c) * max(lengths[i] for i in c) + call_cost for c in cuts)
+
+
+def test_padded_cuts_by_hand():
+    # 14 short rows and 2 ICL rows, sorted: fixed micro-batches of 16 pad all to 230 (3680 + 128);
+    # two micro-batches cost 14 * 16 + 2 * 230 + 2 * 128 = 940
+    lengths = [16] * 14 + [230] * 2
+    assert padded_cuts(lengths, max_rows=16, call_cost=128) == [range(0, 14), range(14, 16)]
+    # equal lengths: the fewest micro-batches of at most max_rows
+    assert padded_cuts([60] * 64, max_rows=16, call_cost=128) == [range(s, s + 16) for s in range(0, 64, 16)]
+    # a call dearer than the padding it saves: one micro-batch
+    assert padded_cuts([10, 12, 14], max_rows=16, call_cost=128) == [range(0, 3)]
+    assert padded_cuts([], max_rows=4) == []
+    with pytest.raises(ValueError, match="max_rows"):
+        padded_cuts([1], max_rows=0)
+
+
+def test_padded_cuts_never_cost_more_than_fixed_ones_and_keep_every_row_once():
+    rng = random.Random(3)
+    for _ in range(200):
+        n, cap = rng.randint(1, 70), rng.randint(1, 16)
+        lengths = sorted(rng.choice([rng.randint(20, 90), rng.randint(150, 260)]) for _ in range(n))
+        cuts = padded_cuts(lengths, max_rows=cap, call_cost=128)
+        assert [i for c in cuts for i in c] == list(range(n))  # consecutive, in order, each row once
+        assert all(1 <= len(c) <= cap for c in cuts)
+        fixed = [range(s, min(s + cap, n)) for s in range(0, n, cap)]
+        assert _cost(lengths, cuts, 128) <= _cost(lengths, fixed, 128)
+
+
+def _engine_batch(lengths, micro, dynamic=False):
+    """A mini-batch as verl's FSDP engine receives it: nested input ids, the micro-batch size."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+
+    rows = [torch.arange(1, n + 1) for n in lengths]
+    data = tu.get_tensordict(
+        {"input_ids": tu.nested_tensor_from_tensor_list(rows), "row": torch.arange(len(lengths))},
+        non_tensor_dict={"use_dynamic_bsz": dynamic, "micro_batch_size_per_gpu": micro, "max_token_len_per_gpu": 4096},
+    )
+    return data
+
+
+def test_verls_prepare_micro_batches_cut_by_padding(monkeypatch):
+    """verl's own `prepare_micro_batches`, wrapped: a sorted mini-batch with two long rows is cut
+    apart from its short rows, the rows stay in order (outputs concatenate back, no indices);
+    dynamic batch sizes and XRPO_MICRO_BATCHES=fixed keep verl's cut."""
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    lengths = [20] * 14 + [230] * 2
+    prepare = cut_by_padding(prepare_micro_batches)
+    micro_batches, indices = prepare(_engine_batch(lengths, micro=16))
+    assert indices is None
+    assert [mb["row"].tolist() for mb in micro_batches] == [list(range(14)), [14, 15]]
+    assert [mb["input_ids"].offsets().diff().tolist() for mb in micro_batches] == [[20] * 14, [230, 230]]
+    # verl's fixed cut: one micro-batch of 16 padded rows
+    monkeypatch.setenv(MICRO_BATCHES_ENV, "fixed")
+    fixed, _ = prepare(_engine_batch(lengths, micro=16))
+    assert [mb["row"].tolist() for mb in fixed] == [list(range(16))]
+    monkeypatch.delenv(MICRO_BATCHES_ENV)
+    dynamic, dyn_indices = prepare(_engine_batch(lengths, micro=16, dynamic=True))
+    assert dyn_indices is not None  # verl's balanced partition, with its indices to restore order
+    assert sorted(i for mb in dynamic for i in mb["row"].tolist()) == list(range(16))

@@ -1,4 +1,4 @@
-"""Every patch that lets verl 0.9.1 train on a machine without an accelerator, in one place.
+"""Every patch that lets verl 0.9.1 train on a machine without an accelerator (and one that makes it cheaper there).
 
 `apply()` runs only when the CPU switch is on (`register.py`); nothing here changes verl on a
 GPU machine. Each shim names the verl code it works around (paths relative to the installed
@@ -14,6 +14,7 @@ import os
 import torch
 
 from xrpo_verl.verl_adapters.after_import import after_import
+from xrpo_verl.verl_adapters.micro_batches import cut_by_padding
 from xrpo_verl.verl_adapters.verl_internals import PINNED_VERL as SUPPORTED_VERL
 
 # The V1 ReplayBuffer polls TransferQueue every 2 s (trainer/ppo/v1/replay_buffer.py:144,409),
@@ -255,6 +256,15 @@ def _short_replay_poll(replay_buffer) -> None:
     ReplayBuffer._wait_for_next_poll = wait_for_next_poll
 
 
+def _padded_micro_batches(impl) -> None:
+    """workers/engine/fsdp/transformer_impl.py:737 cuts a mini-batch into micro-batches of
+    `micro_batch_size_per_gpu` rows, each padded to its longest row (the CPU runs cannot pack rows:
+    no varlen attention). Not a platform patch but a cost one: cut by padded positions instead
+    (`micro_batches.cut_by_padding`), so an ICL row does not widen a micro-batch of short rows."""
+    if not getattr(impl.prepare_micro_batches, "_xrpo_padded_cuts", False):
+        impl.prepare_micro_batches = cut_by_padding(impl.prepare_micro_batches)
+
+
 def _trl_value_head_guard() -> None:
     """models/transformers/monkey_patch.py:352-356 imports `AutoModelForCausalLMWithValueHead`
     whenever `trl` is importable; trl 1.x has neither `trl.experimental.ppo` nor the top-level
@@ -312,3 +322,4 @@ def apply() -> None:
     # workers) never import them, and importing them costs each process a second or two.
     after_import("verl.utils.fsdp_utils", _unpinned_offload_policy)
     after_import("verl.trainer.ppo.v1.replay_buffer", _short_replay_poll)
+    after_import("verl.workers.engine.fsdp.transformer_impl", _padded_micro_batches)

@@ -52,7 +52,7 @@ from xrpo_verl.verl_adapters.agent_loops import ICL_AGENT, PREFIX_AGENT, select_
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.config import TRAINER_MODE, validate_trainer_config
 from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
-from xrpo_verl.verl_adapters.micro_batches import padding_share, sorted_within_blocks
+from xrpo_verl.verl_adapters.micro_batches import padded_cuts, padding_share, sorted_within_blocks
 from xrpo_verl.verl_adapters.prefixes import PrefixQueueResult, newline_token_ids, queue_prefixes
 from xrpo_verl.verl_adapters.state import PluginState
 from xrpo_verl.verl_adapters.verl_internals import check_verl
@@ -330,6 +330,10 @@ class XrpoTrainer(PPOTrainerSync):
                 batch.reorder(order)
                 lengths = [lengths[i] for i in order]
             metrics["xrpo/batch/padding_share"] = padding_share(lengths, micro)
+            # the CPU runs' engine cuts each mini-batch by padding instead (`micro_batches.cut_by_padding`)
+            blocks = [lengths[i : i + mini_rows] for i in range(0, len(lengths), max(mini_rows, 1))]
+            cut = [[block[i] for i in c] for block in blocks for c in padded_cuts(block, micro)]
+            metrics["xrpo/batch/padding_share_cut_by_padding"] = 1.0 - sum(lengths) / sum(len(c) * max(c) for c in cut)
         return batch
 
     # ------------------------------------------------------------------ 3. advantages and memories
