@@ -33,6 +33,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from xrpo_verl.config import Config, check_range, option
+from xrpo_verl.verl_adapters.micro_batches import padded_cuts
 
 BACKEND_NAME = "hf"
 ADAPTER_PATH = "xrpo_verl.local.hf_rollout.HFServerAdapter"
@@ -168,25 +169,14 @@ def length_buckets(lengths: list[int], max_batch: int, call_cost: int = CALL_COS
     """Requests (by prompt length) grouped into `generate` calls: the indices of each call.
 
     Sorted by length, then cut into consecutive runs of at most `max_batch` that minimise
-    sum over calls of (rows x longest prompt + call_cost), by dynamic programming over the cut
-    points (O(n * max_batch)); of equal costs the fewest calls win.
+    sum over calls of (rows x longest prompt + call_cost): the actor's micro-batch cut
+    (`micro_batches.padded_cuts`), with a `generate` call's fixed cost.
     """
     if max_batch < 1:
         raise ValueError(f"max_batch = {max_batch} must be >= 1")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    sorted_lengths = [lengths[i] for i in order]
-    best = [0.0] + [float("inf")] * len(order)  # best[j]: cost of the first j sorted requests
-    start = [0] * (len(order) + 1)  # start[j]: where the last call of best[j] begins
-    for j in range(1, len(order) + 1):
-        for i in range(max(0, j - max_batch), j):
-            cost = best[i] + (j - i) * sorted_lengths[j - 1] + call_cost
-            if cost < best[j]:
-                best[j], start[j] = cost, i
-    calls, j = [], len(order)
-    while j > 0:
-        calls.append(order[start[j] : j])
-        j = start[j]
-    return calls[::-1]
+    cuts = padded_cuts([lengths[i] for i in order], max_batch, call_cost)
+    return [order[cut.start : cut.stop] for cut in cuts]
 
 
 class EarlyReturn(StoppingCriteria):
