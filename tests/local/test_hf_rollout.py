@@ -16,8 +16,6 @@ from xrpo_verl.local.hf_rollout import (
     trim_response,
 )
 
-GENERATE = HFEngineConfig(engine="generate")
-
 
 # ---- pure helpers -----------------------------------------------------------------------------
 def test_max_new_tokens_follows_vllm_budget_rule():
@@ -51,6 +49,18 @@ def _prompt_ids(tok, question):
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
+def _server(model_dir, prompt_length, response_length, max_batch=64, engine="generate"):
+    """An hf server on `model_dir` whose whole context is prompt plus response."""
+    return HFServer(
+        str(model_dir),
+        prompt_length=prompt_length,
+        response_length=response_length,
+        max_model_len=prompt_length + response_length,
+        max_batch=max_batch,
+        engine=HFEngineConfig(engine=engine),
+    )
+
+
 def _forward_logps(model, prompt, response):
     with torch.no_grad():
         logits = model(torch.tensor([prompt + response])).logits[0]
@@ -61,9 +71,7 @@ def _forward_logps(model, prompt, response):
 def test_batched_generate_returns_forward_pass_logprobs(micro_model_dir):
     """Concurrent requests of different prompt lengths share one left-padded generate call, and
     each returned log-prob equals the unpadded forward pass of that sequence (T=1, no warpers)."""
-    server = HFServer(
-        str(micro_model_dir), prompt_length=64, response_length=12, max_model_len=76, max_batch=64, engine=GENERATE
-    )
+    server = _server(micro_model_dir, prompt_length=64, response_length=12)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompts = [_prompt_ids(tok, q) for q in ("1+2=?", "9-3=?", "4+4=?")]
     prompts.append(prompts[0] + prompts[1])  # a longer prompt forces left padding
@@ -87,9 +95,7 @@ def test_a_finished_row_returns_while_longer_rows_still_decode(micro_model_dir):
     """A row whose budget ends after 2 tokens is handed back during its `generate` call (the call
     counter has not moved yet), so its reward can be judged meanwhile; early or not, every row's
     log-probs equal the forward pass of its sequence."""
-    server = HFServer(
-        str(micro_model_dir), prompt_length=64, response_length=24, max_model_len=88, max_batch=64, engine=GENERATE
-    )
+    server = _server(micro_model_dir, prompt_length=64, response_length=24)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "1+2=?")
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -121,9 +127,7 @@ def test_requests_trickling_in_share_one_generate_call(micro_model_dir):
     fixed window from the first request split such a step into several decoding passes."""
 
     gap = hf_rollout.BATCH_QUIET_S * 0.4
-    server = HFServer(
-        str(micro_model_dir), prompt_length=64, response_length=4, max_model_len=68, max_batch=64, engine=GENERATE
-    )
+    server = _server(micro_model_dir, prompt_length=64, response_length=4)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "1+2=?")
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
@@ -158,9 +162,7 @@ def test_length_buckets_by_hand():
 def test_a_long_prompt_gets_its_own_generate_call(micro_model_dir):
     """A prompt far longer than the rest is generated apart (its padding would widen every row),
     and its log-probs still match the forward pass."""
-    server = HFServer(
-        str(micro_model_dir), prompt_length=700, response_length=8, max_model_len=708, max_batch=64, engine=GENERATE
-    )
+    server = _server(micro_model_dir, prompt_length=700, response_length=8)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     short = _prompt_ids(tok, "1+2=?")
     long = short * (600 // len(short))
@@ -180,14 +182,7 @@ def test_a_long_prompt_gets_its_own_generate_call(micro_model_dir):
 
 @pytest.mark.parametrize("engine", ["generate", "continuous"])
 def test_weight_update_replaces_the_policy(micro_model_dir, engine):
-    server = HFServer(
-        str(micro_model_dir),
-        prompt_length=64,
-        response_length=8,
-        max_model_len=72,
-        max_batch=8,
-        engine=HFEngineConfig(engine=engine),
-    )
+    server = _server(micro_model_dir, prompt_length=64, response_length=8, max_batch=8, engine=engine)
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "2+5=?")
     torch.manual_seed(1)
@@ -225,14 +220,7 @@ def test_continuous_engine_gives_generate_engines_greedy_rows(micro_model_dir):
     budgets = [3, 16, 9, 16]
 
     def serve(engine):
-        server = HFServer(
-            str(micro_model_dir),
-            prompt_length=128,
-            response_length=16,
-            max_model_len=144,
-            max_batch=64,
-            engine=HFEngineConfig(engine=engine),
-        )
+        server = _server(micro_model_dir, prompt_length=128, response_length=16, engine=engine)
 
         async def one(i):
             await asyncio.sleep(0.02 * i)
@@ -262,14 +250,7 @@ def test_a_late_request_joins_the_running_batch_only_on_the_continuous_engine(mi
     returns it long before the long row ends; the generate engine cannot start it until its running
     call has finished. (The EOS is set to an id the model never samples, so the long row runs its
     whole budget, which is all the micro model's positions allow.)"""
-    server = HFServer(
-        str(micro_model_dir),
-        prompt_length=48,
-        response_length=200,
-        max_model_len=248,
-        max_batch=64,
-        engine=HFEngineConfig(engine=engine),
-    )
+    server = _server(micro_model_dir, prompt_length=48, response_length=200, engine=engine)
     server.eos_ids = [server.model.config.vocab_size + 7]
     tok = AutoTokenizer.from_pretrained(micro_model_dir)
     prompt = _prompt_ids(tok, "1+2=?")
