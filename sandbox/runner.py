@@ -7,6 +7,7 @@ back to back; the bwrap backend also imports `run_capped` on the host for single
 
 from __future__ import annotations
 
+import _signal
 import binascii
 import marshal
 import math
@@ -17,7 +18,8 @@ import sys
 import time
 
 # Only modules that import fast: the runner starts once per submission inside the sandbox, and
-# json, signal, shutil, selectors or subprocess would add more to its start than a small test costs.
+# json, signal, shutil, selectors or subprocess would add more to its start than a small test
+# costs (_signal is built in).
 SIGKILL = 9  # Linux
 STDERR_CAP = 64 << 10  # stderr is only kept for messages; it never causes OLE
 
@@ -87,6 +89,7 @@ def _fork_exec(argv, cwd, env, preexec_fn, stdio, in_process=None) -> int:
     if pid == 0:
         try:
             os.setsid()
+            _restore_signals(in_process is not None)
             for target, fd in enumerate(stdio):
                 os.dup2(fd, target)
             os.closerange(3, err_w)
@@ -111,6 +114,17 @@ def _fork_exec(argv, cwd, env, preexec_fn, stdio, in_process=None) -> int:
         code, _, msg = failure.decode(errors="replace").partition(":")
         raise OSError(int(code) if code.isdigit() else 0, f"cannot run {argv[0]!r}: {msg}")
     return pid
+
+
+def _restore_signals(python: bool) -> None:
+    """In a forked child: the signal dispositions a program gets from a fresh start. The runner
+    ignores SIGINT (main); a new python3 handles it with KeyboardInterrupt and ignores SIGPIPE and
+    SIGXFSZ, an exec'd program gets all three at their defaults (as subprocess's restore_signals)."""
+    if python:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        return
+    for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(sig, _signal.SIG_DFL)
 
 
 def _which(name: str, path: str) -> str | None:
@@ -686,6 +700,10 @@ def main(batch_path: str) -> int:
     """Run the batch's steps in order, printing one JSON line before ({"begin": i}) and one after
     ({"result": i, ...}) each step. With "sync", wait for a line on stdin after each begin: the
     host resets its memory counter there."""
+    # The programs run as our uid and may signal us: SIGINT would raise KeyboardInterrupt here, a
+    # runner traceback that the host must report as its own failure (SE, retried, then raised).
+    # Ignored, the program gets no SE out of it; SIGKILL still ends the runner (RE, "killed the runner").
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _undumpable()
     job = os.path.dirname(batch_path)
     with open(batch_path, "rb") as f:

@@ -138,6 +138,38 @@ def test_killing_the_parent_is_the_submissions_fault_and_the_judge_survives(back
     assert _judge(backend, "print('ok')").verdict is Verdict.AC
 
 
+@SHAPES
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1"])
+def test_signalling_the_runner_is_no_sandbox_failure(backend, problem, sig):
+    """The programs run as the runner's uid. SIGINT once raised KeyboardInterrupt in the runner, a
+    runner traceback the host reports as SE: one line of a policy's program failed a training step."""
+    for target in ("1", "os.getppid()"):  # pid 1 (the runner under bwrap, init under Docker); the parent
+        code = f"import os, signal, time\nos.kill({target}, signal.{sig})\ntime.sleep(0.2)\nprint('ok')"
+        r = _judge(backend, code, problem=problem)
+        assert r.verdict in (Verdict.AC, Verdict.RE), (target, r.to_dict())
+
+
+PIPE_TO_NOBODY = (
+    "import os\nr, w = os.pipe()\nos.close(r)\ntry:\n    os.write(w, b'x')\nexcept BrokenPipeError:\n    print('ok')"
+)
+
+
+@pytest.mark.parametrize(
+    "code,verdict",
+    [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nprint('ok')", Verdict.RE),  # KeyboardInterrupt
+        ("import os\nos.system('kill -INT $$; echo survived')\nprint('ok')", Verdict.AC),  # sh dies of SIGINT
+        (PIPE_TO_NOBODY, Verdict.AC),  # python3 ignores SIGPIPE: the write raises instead
+        ('#include <csignal>\n#include <cstdio>\nint main() { std::raise(SIGINT); std::puts("ok"); }', Verdict.RE),
+    ],
+    ids=["python-keyboard-interrupt", "sh-default-sigint", "python-ignores-sigpipe", "cpp-default-sigint"],
+)
+def test_programs_get_a_fresh_processs_signal_dispositions(backend, code, verdict):
+    """The runner ignores SIGINT; its children must not inherit that (python3's handler, exec's default)."""
+    r = _judge(backend, code, "cpp" if "#include" in code else "python")
+    assert r.verdict is verdict, r.to_dict()
+
+
 FAST_COMPILE = Limits(cpu_s=3, wall_s=6, memory_mb=1024, max_processes=32, max_output_bytes=1 << 20, max_file_mb=64)
 TEMPLATE_BOMB = """template<int N, int M> struct A { static const long v = A<N-1, M>::v + A<N, M-1>::v + A<N-1, M-1>::v; };
 template<int M> struct A<0, M> { static const long v = 1; };
