@@ -18,14 +18,15 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .languages import pch_build_argv
+from . import runner
+from .languages import PYTHON, pch_build_argv
 
 HERE = Path(__file__).parent
 DOCKERFILE = HERE / "docker" / "Dockerfile"
 RUNNER = HERE / "runner.py"
 IMAGE = "xrpo-sandbox:latest"
 IMAGE_LABEL = "xrpo.sandbox.hash"
-RUNNER_PATH = "/opt/xrpo/runner.py"
+RUNNER_DIR = "/opt/xrpo"  # runner.py and its bytecode (runner.runner_command)
 _TOP_LINKS = ("bin", "lib", "lib64", "sbin")  # merged-/usr symlinks
 _SKIP = ("/usr/share/doc", "/usr/share/man", "/usr/share/info", "/usr/share/locale", "/usr/share/lintian")
 
@@ -113,7 +114,10 @@ def build_rootfs_tar(out: io.BufferedIOBase, pch_file: str) -> int:
             if os.path.lexists(p) and p.lstrip("/") not in _TOP_LINKS:
                 tar.add(p, arcname=p.lstrip("/"), recursive=False)
         tar.add(pch_file, arcname="pch/bits/stdc++.h.gch")
-        tar.add(str(RUNNER), arcname=RUNNER_PATH.lstrip("/"))
+        with tempfile.TemporaryDirectory(prefix="xrpo-runner-") as compiled:
+            runner.compile_runner(PYTHON, compiled)  # the image's python3 is this host's
+            for name in sorted(os.listdir(compiled)):
+                tar.add(os.path.join(compiled, name), arcname=f"{RUNNER_DIR.lstrip('/')}/{name}")
     return len(paths)
 
 

@@ -1,8 +1,9 @@
 """Run one process with a wall clock, an output cap and rusage; also the in-sandbox batch runner.
 
-Standard library only: this file runs inside the sandbox as `python3 -I -S runner.py BATCH`
-(copied into the Docker image, bind-mounted read-only under bwrap) and runs a submission's tests
-back to back; the bwrap backend also imports `run_capped` on the host for single runs.
+Standard library only: this file runs inside the sandbox (`python3 -I -S -c "... import runner
+..." BATCH`, from a precompiled copy in the Docker image or bound read-only under bwrap: see
+`runner_command`) and runs a submission's tests back to back; the bwrap backend also imports
+`run_capped` on the host for single runs.
 """
 
 from __future__ import annotations
@@ -395,20 +396,76 @@ def _ignored(exc: BaseException) -> None:
         pass
 
 
+# ---- the runner's command line (host side, both backends) ----
+
+
+def runner_command(python: str, runner_dir: str, batch_path: str) -> list[str]:
+    """How a sandbox starts the batch runner on batch_path: this file imported from runner_dir,
+    where `compile_runner` left its bytecode (run as a script it would be compiled at every
+    start, a third of the runner's start-up), then removed from sys.path and sys.modules, so that
+    the programs it forks see what a new interpreter has."""
+    boot = (
+        f"import sys; sys.path.insert(0, {runner_dir!r}); import runner; "
+        "del sys.path[0], sys.modules['runner']; sys.exit(runner.main(sys.argv[1]))"
+    )
+    return [python, "-I", "-S", "-c", boot, batch_path]
+
+
+def compile_runner(python: str, runner_dir: str) -> None:
+    """Copy this file to runner_dir/runner.py and compile it there with `python` (the sandbox's
+    interpreter: bytecode is version-specific) into runner_dir/__pycache__, unchecked against the
+    source, which never changes under a given runner_dir. Raises OSError when it cannot."""
+    import subprocess
+
+    target = os.path.join(runner_dir, "runner.py")
+    with open(__file__, "rb") as f, open(target, "wb") as g:
+        g.write(f.read())
+    os.chmod(target, 0o644)
+    compile_it = (
+        "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True, "
+        "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)"
+    )
+    r = subprocess.run([python, "-I", "-S", "-c", compile_it, target], capture_output=True)
+    if r.returncode != 0:
+        raise OSError(f"compiling the runner with {python} failed: {r.stderr.decode(errors='replace')[-300:]}")
+    for root, dirs, files in os.walk(runner_dir):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+
+
 # ---- in-sandbox batch runner (both backends) ----
 
 WORK = "/work"
 _DEFAULT_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8"}
 
 
+def _libc(name: str):
+    """A libc function returning int, errno kept (`_ctypes.get_errno`), from ctypes' C module:
+    importing ctypes itself costs the runner's start more than a short test does."""
+    import _ctypes
+
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = Int
+
+    class Libc:
+        _handle = _ctypes.dlopen(None, 0)  # the process's own symbols (libc is loaded)
+
+    return Function((name, Libc()))
+
+
 def _undumpable() -> None:
     """PR_SET_DUMPABLE 0. The programs run as our uid: without this they could open
     /proc/<runner>/fd/1 or ptrace the runner and write forged results to the host."""
-    import ctypes
+    import _ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+    if _libc("prctl")(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+        raise OSError(_ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
 def _reset() -> None:
@@ -560,15 +617,12 @@ def _remove_sysv_ipc(uid: int) -> None:
     objs = _sysv_ipc(uid)
     if not objs:
         return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
     ipc_rmid = 0
     for kind, ident in objs:
         if kind == "sem":
-            libc.semctl(ident, 0, ipc_rmid)
+            _libc("semctl")(ident, 0, ipc_rmid)
         else:
-            getattr(libc, f"{kind}ctl")(ident, ipc_rmid, None)
+            _libc(f"{kind}ctl")(ident, ipc_rmid, None)
 
 
 def _reap_orphans() -> None:

@@ -4,7 +4,7 @@ A compilation: Popen(user=uid, preexec_fn: join the slot cgroup, set the rlimits
 namespaces unshared, read-only root, fresh tmpfs /tmp, the session's work dir bound writable at
 /work) -> compiler, as pid 1 so wait4() sees its CPU time. No shell or prlimit between.
 Everything else (a submission's tests, a checker's runs) runs in one bwrap through the batch
-runner (runner.py, read-only at /xrpo), which is pid 1: the programs are its children, so signals
+runner (runner.py and its bytecode, read-only at /xrpo), which is pid 1: the programs are its children, so signals
 reach them as they do under Docker. /work is then a size-capped tmpfs that the runner fills from
 the session's work dir (read-only at /src): programs may write there, and nothing they write
 reaches the host's disk or outlives the batch. A batch pays bwrap's namespace setup once.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import queue
 import shutil
@@ -34,7 +35,7 @@ from .uids import UidLease, default_lock_dir
 
 _ROOT_BINDS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/alternatives")
 _PCH_LIMITS = Limits(cpu_s=60, wall_s=180, memory_mb=4096, max_processes=32, max_file_mb=1024)
-_RUNNER = "/xrpo/runner.py"  # the batch runner, read-only, inside the sandbox
+_RUNNER_DIR = "/xrpo"  # the batch runner and its bytecode, read-only, inside the sandbox
 _JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sandbox
 _SRC_DIR = "/src"  # the session's work dir, read-only, copied into /work by the runner
 _BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
@@ -99,6 +100,7 @@ class BwrapBackend(Backend):
         self._closed = False
         self._pch_lock = threading.Lock()
         self.pch_dir = os.path.join(cfg.cache_dir, f"pch-{_gcc_version()}")
+        self.runner_dir = _runner_dir(cfg.cache_dir)
         atexit.register(self.close)
 
     @property
@@ -182,7 +184,7 @@ class BwrapSession(Session):
             argv += ["--bind", self.work, WORK]
         else:
             argv += ["--size", str(cfg.work_mb << 20), "--tmpfs", WORK, "--ro-bind", self.work, _SRC_DIR]
-            argv += ["--ro-bind", runner.__file__, _RUNNER, "--ro-bind", job, _JOB_DIR]
+            argv += ["--ro-bind", self.backend.runner_dir, _RUNNER_DIR, "--ro-bind", job, _JOB_DIR]
         if os.path.isdir(self.backend.pch_dir):
             argv += ["--ro-bind", self.backend.pch_dir, PCH_DIR]
         argv += [
@@ -308,7 +310,7 @@ class BwrapSession(Session):
     def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
         """Run the runner on job/batch, following its report; a watchdog kills it past the
         batch's wall clock (the runner enforces each test's own)."""
-        command = [PYTHON, "-I", "-S", _RUNNER, f"{_JOB_DIR}/batch"]
+        command = runner.runner_command(PYTHON, _RUNNER_DIR, f"{_JOB_DIR}/batch")
         killed = threading.Event()
         r_fd, w_fd = os.pipe()
         with tempfile.TemporaryFile() as err:
@@ -398,6 +400,28 @@ def _batchable_groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
             groups[-1].append(spec)
             names |= spec.files.keys()
     return groups
+
+
+def _runner_dir(cache_dir: str) -> str:
+    """cache_dir/runner-<hash of runner.py>: the runner compiled by the sandbox's python3, built
+    once per version of the runner and readable by the slot uids (runner.compile_runner)."""
+    with open(runner.__file__, "rb") as f:
+        digest = hashlib.sha256(f.read() + PYTHON.encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir, f"runner-{digest}")
+    if os.path.isdir(path):
+        return path
+    os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="runner-tmp-", dir=cache_dir)
+    try:
+        os.chmod(tmp, 0o755)
+        runner.compile_runner(PYTHON, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        if not os.path.isdir(path):  # not another backend's build that won the race
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
 
 
 def _outer_limits(limits: list[Limits]) -> Limits:

@@ -30,7 +30,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..image import IMAGE, RUNNER_PATH, build_image
+from .. import runner
+from ..image import IMAGE, RUNNER_DIR, build_image
 from ..runner import encode_batch
 from ..verdict import RunResult, RunStatus
 from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
@@ -343,7 +344,10 @@ class DockerSession(Session):
         report, pending, err = RunnerReport(), [], b""
         try:
             ex = api.exec_create(
-                cid, ["python3", "-I", "-S", RUNNER_PATH, batch_path], user=f"{self.w.uid}:{self.w.uid}", workdir=WORK
+                cid,
+                runner.runner_command("python3", RUNNER_DIR, batch_path),
+                user=f"{self.w.uid}:{self.w.uid}",
+                workdir=WORK,
             )
             for out, e in api.exec_start(ex["Id"], stream=True, demux=True):
                 err = (err + e)[-8192:] if e else err

@@ -52,14 +52,14 @@ def test_a_killed_container_is_replaced_and_the_submission_judged(one_container)
 def _kill_when_running(container) -> threading.Thread:
     """Kill the container once a test runs in it (so the kill lands mid-run however loaded the
     machine is, not before the exec starts). A Python test runs in a child the runner forks, under
-    the runner's command line, so a test is running when a runner.py process has a runner.py
-    parent. The thread's `seen` says whether it saw one before its deadline."""
+    the runner's command line (runner.runner_command: `python3 ... -c "... import runner ..."`), so
+    a test is running when a runner process has a runner parent. The thread's `seen` says whether it saw one before its deadline."""
 
     def running(top: dict) -> bool:
         titles = top.get("Titles") or []
         procs = [dict(zip(titles, p)) for p in top.get("Processes") or []]
-        runners = {p["PID"] for p in procs if "runner.py" in p.get("CMD", "")}
-        return any(p["PPID"] in runners for p in procs if "runner.py" in p.get("CMD", ""))
+        runners = {p["PID"] for p in procs if "import runner" in p.get("CMD", "")}
+        return any(p["PPID"] in runners for p in procs if "import runner" in p.get("CMD", ""))
 
     def kill():
         deadline = time.monotonic() + 60

@@ -115,8 +115,8 @@ def test_the_fork_server_is_what_runs_them(backend, monkeypatch):
             (r,) = s.run_many([RunSpec([PYTHON, "-c", cmdline], LIM)], stop_on_failure=True)
         assert r.status is RunStatus.OK, r.message
         seen[fork] = r.stdout.decode()
-    assert "runner.py" in seen[True] and "-c" not in seen[True], seen
-    assert "runner.py" not in seen[False] and "-c" in seen[False], seen
+    assert "import runner" in seen[True] and "print(open(" not in seen[True], seen  # runner.runner_command's
+    assert "import runner" not in seen[False] and seen[False].startswith(f"{PYTHON} -c print(open("), seen
 
 
 @pytest.mark.parametrize(
