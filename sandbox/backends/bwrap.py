@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import os
 import queue
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -40,6 +41,10 @@ _JOB_DIR = "/job"  # a batch's steps and stdin files, read-only, inside the sand
 _SRC_DIR = "/src"  # the session's work dir, read-only, copied into /work by the runner
 _BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
 _ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a sandboxed program sees
+# What a batch's bwrap is started through, so that the host never forks itself (see _spawn_prefix)
+_SPAWN_TOOLS = {name: shutil.which(name, path="/usr/bin:/bin") for name in ("dash", "prlimit", "setpriv")}
+_PRLIMIT_NAMES = {"RLIMIT_AS": "as", "RLIMIT_STACK": "stack", "RLIMIT_CPU": "cpu", "RLIMIT_NPROC": "nproc"}
+_PRLIMIT_NAMES |= {"RLIMIT_FSIZE": "fsize", "RLIMIT_CORE": "core", "RLIMIT_NOFILE": "nofile"}
 
 
 @dataclass
@@ -62,8 +67,14 @@ class BwrapConfig:
     """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."""
     fork_python: bool = True
     """Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."""
+    spawn: str = "auto"
+    """How a batch's bwrap starts: "fork" (the judging process forks), "exec" (vfork, then dash, prlimit
+    and setpriv exec'd in turn: no copy of a large judging process), "auto" (exec when this process
+    holds more than 128 MiB)."""
 
     def __post_init__(self) -> None:
+        if self.spawn not in ("auto", "fork", "exec"):
+            raise ValueError(f"bad BwrapConfig: spawn={self.spawn!r} (auto, fork or exec)")
         if self.workers < 1 or self.uid_base < 1000 or self.uid_span < self.workers or self.tmp_mb < 1:
             raise ValueError(
                 f"bad BwrapConfig: workers={self.workers} (>=1), uid_base={self.uid_base} (>=1000), "
@@ -89,6 +100,10 @@ class BwrapBackend(Backend):
 
     def __init__(self, config: BwrapConfig | None = None) -> None:
         self.config = cfg = config or BwrapConfig()
+        if cfg.spawn == "exec" and None in _SPAWN_TOOLS.values():
+            raise RuntimeError(
+                f"BwrapConfig(spawn='exec') needs dash, prlimit and setpriv in /usr/bin or /bin: {_SPAWN_TOOLS}"
+            )
         self._lease = UidLease(cfg.workers, cfg.uid_base, cfg.uid_span, cfg.lock_dir or default_lock_dir(cfg.cache_dir))
         self._slots: queue.Queue[int] = queue.Queue()
         self._cgroups: dict[int, MemoryCgroup] = {}
@@ -225,6 +240,29 @@ class BwrapSession(Session):
 
         return preexec
 
+    def _spawn_prefix(self, limits: Limits) -> list[str] | None:
+        """`_preexec`'s work as exec'd steps of the started process itself, for a batch's bwrap:
+        with no preexec_fn and no user switch Popen uses vfork, where it would fork the judging
+        process (a reward worker of hundreds of MiB: tens of ms of page tables and copy-on-write
+        faults a submission). dash joins the slot cgroup (writing "0" moves the writer), prlimit
+        sets the rlimits, setpriv drops to the slot uid (real, effective and saved; no groups),
+        then bwrap is exec'd in the same process. Three execs cost more than forking a small
+        process, so "auto" takes this path only for a large one. None: fork."""
+        spawn = self.backend.config.spawn
+        if spawn == "fork" or (spawn == "auto" and _resident_mb() <= _FORK_MAX_MB):
+            return None
+        if None in _SPAWN_TOOLS.values():
+            return None
+        prefix = []
+        if self.cgroup.reset_peak() and (procs := self.cgroup.procs_file) is not None:
+            prefix += [_SPAWN_TOOLS["dash"], "-c", 'echo 0 > "$0" && exec "$@"', procs]
+        names = {getattr(resource, name): flag for name, flag in _PRLIMIT_NAMES.items()}
+        rlimits = runner.rlimits(limits.to_dict())
+        prefix += [_SPAWN_TOOLS["prlimit"]]
+        prefix += [f"--{names[res]}={'unlimited' if v == resource.RLIM_INFINITY else v}" for res, v in rlimits.items()]
+        prefix += ["--", _SPAWN_TOOLS["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        return prefix
+
     def _write_files(self, spec: RunSpec) -> None:
         if f"-I{PCH_DIR}" in spec.argv:
             self.backend.ensure_pch()
@@ -315,17 +353,16 @@ class BwrapSession(Session):
         r_fd, w_fd = os.pipe()
         with tempfile.TemporaryFile() as err:
             try:
+                argv, prefix = self._argv(command, w_fd, job), self._spawn_prefix(outer)
+                switch = {"user": self.uid, "group": self.uid, "extra_groups": [], "preexec_fn": self._preexec(outer)}
                 p = subprocess.Popen(
-                    self._argv(command, w_fd, job),
+                    argv if prefix is None else prefix + argv,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
-                    user=self.uid,
-                    group=self.uid,
-                    extra_groups=[],
                     start_new_session=True,
                     pass_fds=(w_fd,),
-                    preexec_fn=self._preexec(outer),
+                    **(switch if prefix is None else {}),
                 )
             except OSError as e:
                 os.close(r_fd)
@@ -400,6 +437,15 @@ def _batchable_groups(specs: list[RunSpec]) -> list[list[RunSpec]]:
             groups[-1].append(spec)
             names |= spec.files.keys()
     return groups
+
+
+_FORK_MAX_MB = 128  # above this, forking the judging process costs more than the exec chain
+
+
+def _resident_mb() -> float:
+    """This process's resident memory, which a fork copies the page tables of."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _runner_dir(cache_dir: str) -> str:

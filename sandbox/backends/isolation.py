@@ -61,6 +61,13 @@ class MemoryCgroup:
             return False
         return True
 
+    @property
+    def procs_file(self) -> str | None:
+        """The file that moves a process into the group when it writes "0" to it (None: unusable)."""
+        if self.path is None or self._join_fd < 0:
+            return None
+        return os.path.join(self.path, "tasks" if self.version == 1 else "cgroup.procs")
+
     def join_in_child(self) -> None:
         """Move the calling process into the group: run in the child before bwrap forks anything
         (a move from outside would race with its first clone). Only a syscall: it runs after fork."""

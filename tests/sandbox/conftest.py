@@ -17,7 +17,7 @@ def bwrap_backend():
     reason = bwrap_available()
     if reason:
         pytest.skip(f"bubblewrap backend unavailable: {reason}")
-    be = BwrapBackend(BwrapConfig(workers=4))
+    be = BwrapBackend(BwrapConfig(workers=4, spawn="exec"))  # a reward worker's path (test_bwrap_spawn: fork's)
     yield be
     be.close()
 

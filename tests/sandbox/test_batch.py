@@ -4,6 +4,8 @@ runner, which runs as the same uid as the programs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sandbox import Limits, RunSpec
@@ -184,3 +186,56 @@ def test_a_program_that_cannot_start_is_exit_127_not_a_sandbox_error(backend):
         rs = s.run_many([RunSpec(["/work/missing"], LIM), _py("print('next')")], stop_on_failure=False)
     assert (rs[0].status, rs[0].exit_code) == (RunStatus.EXITED, 127), rs[0]
     assert rs[1].stdout == b"next\n"
+
+
+DESCRIBE_PROCESS = """
+import resource
+with open('/proc/self/status') as f:
+    print(''.join(l for l in f if l.split(':')[0] in ('Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm', 'CapEff', 'CapAmb', 'NoNewPrivs')))
+print([resource.getrlimit(r) for r in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC,
+       resource.RLIMIT_FSIZE, resource.RLIMIT_CORE, resource.RLIMIT_NOFILE, resource.RLIMIT_STACK)])
+x = bytearray(100 << 20)
+x[::4096] = b'1' * len(x[::4096])
+"""
+
+
+def test_bwrap_spawn_paths_give_programs_the_same_process(bwrap_backend, monkeypatch):
+    """spawn="exec" (dash, prlimit and setpriv exec'd in turn, so the judging process is never
+    forked) must start what the fork path's preexec_fn does: the slot uid with no groups and no
+    capabilities, the same rlimits, in the slot's memory cgroup (the peak is measured)."""
+    from sandbox.backends import bwrap
+
+    started = []
+    popen = bwrap.subprocess.Popen
+
+    def spy(argv, **kw):
+        started.append((argv[0].rsplit("/", 1)[-1], kw.get("preexec_fn") is not None))
+        return popen(argv, **kw)
+
+    monkeypatch.setattr(bwrap.subprocess, "Popen", spy)
+    seen = {}
+    for spawn in ("exec", "fork"):
+        monkeypatch.setattr(bwrap_backend.config, "spawn", spawn)
+        with bwrap_backend.session() as s:
+            (r,) = s.run_many([_py(DESCRIBE_PROCESS)], stop_on_failure=True)
+        assert r.status is RunStatus.OK, r.message
+        assert r.memory_mb >= 100, (spawn, r.memory_mb)
+        seen[spawn] = r.stdout.decode().replace(str(s.uid), "SLOT")  # sessions may take other slots
+    assert started[0][0] in ("dash", "prlimit") and not started[0][1], started  # exec: no preexec_fn
+    assert started[-1] == ("bwrap", True), started
+    assert seen["exec"] == seen["fork"], seen
+    assert "Uid:\tSLOT\tSLOT\tSLOT\tSLOT\n" in seen["exec"] and re.search(r"^Groups:\s*$", seen["exec"], re.M), seen
+    assert "CapEff:\t0000000000000000" in seen["exec"], seen
+
+
+def test_bwrap_spawn_auto_forks_only_a_small_process(bwrap_backend, monkeypatch):
+    from sandbox.backends import bwrap
+
+    assert 1 < bwrap._resident_mb() < 100_000
+    monkeypatch.setattr(bwrap_backend.config, "spawn", "auto")
+    with bwrap_backend.session() as s:
+        for resident, forks in ((bwrap._FORK_MAX_MB / 2, True), (bwrap._FORK_MAX_MB * 4, False)):
+            monkeypatch.setattr(bwrap, "_resident_mb", lambda resident=resident: resident)
+            assert (s._spawn_prefix(LIM) is None) is forks, resident
+    with pytest.raises(ValueError, match="spawn"):
+        bwrap.BwrapConfig(spawn="vfork")
