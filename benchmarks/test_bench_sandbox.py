@@ -144,20 +144,39 @@ def test_bench_judge_fork_vs_exec(benchmark, request, monkeypatch, backend):
         monkeypatch.setattr(be.config, "fork_python", fork)
         assert judge(TINY, SOL, "python", backend=be).verdict is Verdict.AC
 
-    execs = []
+    _against(benchmark, lambda: judged(True), lambda: judged(False), "exec", "fork")
+
+
+def _against(benchmark, target, baseline, base_name: str, name: str) -> None:
+    """Time target for ROUNDS rounds, each after one run of baseline; extra_info["ratio_vs_<base>"]
+    is the median of the per-round ratios (target's share of baseline's time)."""
+    base = []
     benchmark.pedantic(
-        lambda: judged(True),
-        setup=lambda: execs.append(_timed(lambda: judged(False))),
-        rounds=ROUNDS,
-        iterations=1,
-        warmup_rounds=1,
+        target, setup=lambda: base.append(_timed(baseline)), rounds=ROUNDS, iterations=1, warmup_rounds=1
     )
-    forks = benchmark.stats.stats.data[-ROUNDS:]
-    ratios = [f / e for f, e in zip(forks, execs[-ROUNDS:])]
-    benchmark.extra_info["exec_per_submission_s"] = statistics.median(execs)
-    benchmark.extra_info["fork_per_submission_s"] = statistics.median(forks)
-    benchmark.extra_info["ratio_vs_exec"] = statistics.median(ratios)
+    timed = benchmark.stats.stats.data[-ROUNDS:]
+    ratios = [t / b for t, b in zip(timed, base[-ROUNDS:])]
+    benchmark.extra_info[f"{base_name}_per_submission_s"] = statistics.median(base)
+    benchmark.extra_info[f"{name}_per_submission_s"] = statistics.median(timed)
+    benchmark.extra_info[f"ratio_vs_{base_name}"] = statistics.median(ratios)
     benchmark.extra_info["ratio_p25_p75"] = [statistics.quantiles(ratios, n=4)[i] for i in (0, 2)]
+
+
+def test_bench_bwrap_spawn_exec_vs_fork(benchmark, bwrap, monkeypatch):
+    """`judge()` of a 4-test submission from a process holding 512 MiB (a reward worker's size):
+    bwrap started through the exec chain (`BwrapConfig.spawn="exec"`) against a fork of the
+    judging process, paired per round (extra_info["ratio_vs_fork"])."""
+    from sandbox import Verdict, judge
+
+    ballast = bytearray(512 << 20)
+    ballast[:: 1 << 12] = b"1" * len(ballast[:: 1 << 12])  # resident, as a worker's heap is
+
+    def judged(spawn: str) -> None:
+        monkeypatch.setattr(bwrap.config, "spawn", spawn)
+        assert judge(TINY, SOL, "python", backend=bwrap).verdict is Verdict.AC
+
+    _against(benchmark, lambda: judged("exec"), lambda: judged("fork"), "fork", "exec")
+    del ballast
 
 
 def _rate(run_one, workers: int, n: int) -> float:
