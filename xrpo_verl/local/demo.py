@@ -323,6 +323,7 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
         "setting": {k: v for k, v in asdict(setting).items() if k != "model"},
         "before": {k: [v.mean, v.se] for k, v in before.items()},
         "after": {k: [v.mean, v.se] for k, v in after.items()},
+        "change": {k: list(learning.paired_change(before[k].per_problem, after[k].per_problem)) for k in before},
         **{f"{k}_before": v for k, v in before_extra.items()},
         **{f"{k}_after": v for k, v in after_extra.items()},
         "step_seconds": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
