@@ -43,8 +43,9 @@ _BATCH_PROCS = 1  # the runner counts against the tests' RLIMIT_NPROC
 _ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}  # all a sandboxed program sees
 # What a batch's bwrap is started through, so that the host never forks itself (see _spawn_prefix)
 _SPAWN_TOOLS = {name: shutil.which(name, path="/usr/bin:/bin") for name in ("dash", "prlimit", "setpriv")}
-_PRLIMIT_NAMES = {"RLIMIT_AS": "as", "RLIMIT_STACK": "stack", "RLIMIT_CPU": "cpu", "RLIMIT_NPROC": "nproc"}
-_PRLIMIT_NAMES |= {"RLIMIT_FSIZE": "fsize", "RLIMIT_CORE": "core", "RLIMIT_NOFILE": "nofile"}
+_PRLIMIT_NAMES = {resource.RLIMIT_AS: "as", resource.RLIMIT_STACK: "stack", resource.RLIMIT_CPU: "cpu"}
+_PRLIMIT_NAMES |= {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_CORE: "core"}
+_PRLIMIT_NAMES |= {resource.RLIMIT_NOFILE: "nofile"}
 
 
 @dataclass
@@ -256,10 +257,10 @@ class BwrapSession(Session):
         prefix = []
         if self.cgroup.reset_peak() and (procs := self.cgroup.procs_file) is not None:
             prefix += [_SPAWN_TOOLS["dash"], "-c", 'echo 0 > "$0" && exec "$@"', procs]
-        names = {getattr(resource, name): flag for name, flag in _PRLIMIT_NAMES.items()}
         rlimits = runner.rlimits(limits.to_dict())
         prefix += [_SPAWN_TOOLS["prlimit"]]
-        prefix += [f"--{names[res]}={'unlimited' if v == resource.RLIM_INFINITY else v}" for res, v in rlimits.items()]
+        unlimited = resource.RLIM_INFINITY
+        prefix += [f"--{_PRLIMIT_NAMES[r]}={'unlimited' if v == unlimited else v}" for r, v in rlimits.items()]
         prefix += ["--", _SPAWN_TOOLS["setpriv"], f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
         return prefix
 
@@ -354,7 +355,10 @@ class BwrapSession(Session):
         with tempfile.TemporaryFile() as err:
             try:
                 argv, prefix = self._argv(command, w_fd, job), self._spawn_prefix(outer)
-                switch = {"user": self.uid, "group": self.uid, "extra_groups": [], "preexec_fn": self._preexec(outer)}
+                # the fork path's user switch and preexec (cgroup join, rlimits) only when there is no prefix
+                switch = {} if prefix is not None else {"user": self.uid, "group": self.uid, "extra_groups": []}
+                if prefix is None:
+                    switch["preexec_fn"] = self._preexec(outer)
                 p = subprocess.Popen(
                     argv if prefix is None else prefix + argv,
                     stdin=subprocess.PIPE,
@@ -362,7 +366,7 @@ class BwrapSession(Session):
                     stderr=err,
                     start_new_session=True,
                     pass_fds=(w_fd,),
-                    **(switch if prefix is None else {}),
+                    **switch,
                 )
             except OSError as e:
                 os.close(r_fd)
