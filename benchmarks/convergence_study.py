@@ -34,6 +34,9 @@ import numpy as np
 VAL_ACC = re.compile(r"^val-core/.+/acc/mean@(\d+)$")
 VAL_PASS = re.compile(r"^val-core/.+/acc/best@(\d+)/mean$")
 ROLLOUTS_MEAN = "xrpo/alloc/n_q/mean"  # the planner's rollouts per prompt (XRPO); GRPO uses n
+# DAPO's dynamic sampling (verl's V1 replay buffer): groups generated and dropped in a step, each of n
+# rollouts: all-equal groups evicted, and groups finished beyond the batch once it was full.
+DAPO_DROPPED = ("training/filter_groups/evicted_samples", "training/filter_groups/discarded_surplus_samples")
 # Per-step metrics kept in each run's done.json: the training reward and what each part did.
 SERIES = (
     "critic/score/mean",
@@ -50,6 +53,7 @@ SERIES = (
     "xrpo/novelty/bonus_share",
     "xrpo/guided/injected",
     "xrpo/guided/success_rate",
+    *DAPO_DROPPED,
 )
 
 
@@ -63,11 +67,14 @@ def read_metrics(path: Path) -> dict[int, dict]:
 
 
 def val_curve(metrics: dict[int, dict], prompts: int, n: int) -> list[tuple[int, int, float, float | None]]:
-    """(step, rollouts generated up to it, mean@k, pass@k) at each validation (step 0 = before training)."""
+    """(step, rollouts generated up to it, mean@k, pass@k) at each validation (step 0 = before training).
+
+    Every rollout generated counts: DAPO's dropped groups as well as the trained ones."""
     rollouts, spent, curve = {0: 0}, 0, []
     for step in sorted(metrics):
         if "critic/score/mean" in metrics[step]:
-            spent += round(prompts * metrics[step].get(ROLLOUTS_MEAN, n))
+            dropped = sum(metrics[step].get(key, 0) for key in DAPO_DROPPED)
+            spent += round(prompts * metrics[step].get(ROLLOUTS_MEAN, n) + n * dropped)
         rollouts[step] = spent
     for step in sorted(metrics):
         data = metrics[step]

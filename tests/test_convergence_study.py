@@ -28,6 +28,15 @@ def test_val_curve_counts_rollouts_and_places_the_first_validation_at_step_0():
     assert study.steps_to_target(curve, 0.4) == 3 and study.steps_to_target(curve, 0.5) is None
 
 
+def test_val_curve_counts_the_groups_dapo_generated_and_dropped():
+    evicted, surplus = study.DAPO_DROPPED
+    metrics = {s: {"critic/score/mean": 0.4} for s in (1, 2)}
+    metrics[1].update({evicted: 11.0, surplus: 1.0})  # 8 trained + 12 dropped groups of n = 8
+    metrics[2].update({evicted: 3.0, VAL: 0.5})
+    curve = study.val_curve(metrics, prompts=8, n=8)
+    assert curve == [(2, 20 * 8 + 11 * 8, 0.5, None)]
+
+
 def test_versus_pairs_methods_with_grpo_on_the_same_seed():
     after = lambda *xs: [{"mean@4": {"mean": x}} for x in xs]  # noqa: E731
     summary = {

@@ -9,10 +9,13 @@ from xrpo_verl.local import launch
 # recipe -> (planner, ICL, sharpening, novelty bonus, prefix regeneration)
 PARTS = {
     "grpo": (False, False, False, False, False),
+    "dapo": (False, False, False, False, False),
     "xrpo_planner": (True, False, False, False, False),
     "xrpo_planner_icl": (True, True, False, False, False),
     "xrpo": (True, True, True, False, False),
     "extra": (False, False, False, True, True),
+    "extra_n": (False, False, False, True, False),
+    "extra_r": (False, False, False, False, True),
     "xrpo_extra": (True, True, True, True, True),
 }
 
@@ -20,7 +23,7 @@ PARTS = {
 @pytest.mark.parametrize("name", sorted(PARTS))
 def test_cpu_recipe_switches_on_the_parts_its_name_says(name):
     assert tuple(launch.recipe_parts(name).values()) == PARTS[name]
-    if name != "grpo":
+    if name not in ("grpo", "dapo"):
         assert launch.compose_recipe(name).algorithm.xrpo.planner.n_avg == 8  # compute-matched to GRPO's n
 
 
@@ -29,3 +32,11 @@ def test_icl_prompts_fit_the_prompt_budget_of_the_learning_setting():
     # two worked 3-digit sums take ~210 tokens; the prompt and response must fit 256 positions
     assert cfg.data.max_prompt_length >= 200 and cfg.algorithm.xrpo.icl.max_example_tokens >= 33
     assert cfg.data.max_prompt_length + 48 <= 256
+
+
+def test_dapo_recipe_is_grpo_with_verls_dynamic_sampling():
+    run = launch.CpuRun("/model", "/train.parquet", "/val.parquet", "/out", steps=3, prompts_per_step=8, n=8)
+    grpo = launch.trainer_command(run, launch.load_recipe("grpo"))
+    dapo = launch.trainer_command(run, launch.load_recipe("dapo"))
+    assert dapo[: len(grpo)] == grpo  # verl's own config, GRPO's settings, then the filter
+    assert set(dapo[len(grpo) :]) == {"algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward"}
