@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xrpo_verl.local import demo, launch, learning
+from xrpo_verl.local import demo, launch, learning, testbed
 
 
 def test_verl_console_line_is_parsed_after_a_ray_prefix():
@@ -15,18 +15,27 @@ def test_verl_console_line_is_parsed_after_a_ray_prefix():
     assert launch.parse_step_line("step:x - a:1") is None
 
 
-def test_progress_prints_step_reward_rollouts_and_icl_flips():
+def test_progress_prints_step_reward_and_what_each_part_did():
     out = io.StringIO()
     progress = demo.Progress(total=20, n=8, stream=out, every=10)
-    progress("step:1 - critic/score/mean:0.25 - xrpo/alloc/n_q/mean:7.5 - xrpo/icl/triggers:4 - xrpo/icl/flip_rate:0.5")
+    progress(
+        "step:1 - critic/score/mean:0.25 - xrpo/alloc/n_q/min:4 - xrpo/alloc/n_q/max:12 - xrpo/icl/flips:2"
+        " - xrpo/icl/zero_shot_flips:1 - xrpo/novelty/bonus_share:0.04 - xrpo/guided/rollouts:8"
+        " - xrpo/guided/success_rate:0.25"
+    )
     progress("INFO some library warning")  # not shown
-    for step in range(2, 11):
-        progress(f"step:{step} - critic/score/mean:0.5")
+    for step in range(2, 10):
+        progress(f"step:{step} - critic/score/mean:0.5 - xrpo/icl/flips:1 - xrpo/novelty/bonus_share:0.02")
+    progress("step:10 - critic/score/mean:0.5")  # a GRPO-like step: no part on
     lines = out.getvalue().splitlines()
     assert len(lines) == 2  # steps 1 and 10 (not a terminal: one line every 10 steps)
-    assert "step   1/20" in lines[0] and "reward 0.25" in lines[0] and "rollouts/prompt 7.5" in lines[0]
-    assert "ICL flips   2" in lines[0]
-    assert "ICL off" in lines[1] and "last 10: 0.47" in lines[1]  # (0.25 + 9 x 0.5) / 10
+    assert "step   1/20" in lines[0] and "reward 0.25" in lines[0] and "rollouts/prompt 4-12" in lines[0]
+    assert "ICL flips   2 (zero-shot 1)" in lines[0] and "novelty 4.0% of |A|" in lines[0]
+    assert "guided 2/8" in lines[0]
+    assert (
+        "rollouts/prompt 8" in lines[1] and "ICL" not in lines[1] and "last 10: 0.47" in lines[1]
+    )  # (0.25 + 9 x 0.5) / 10
+    assert progress.flips == 10 and progress.novelty == pytest.approx([0.04] + [0.02] * 8)
 
 
 def test_progress_held_back_shows_only_the_latest_step_when_released():
@@ -72,6 +81,8 @@ def test_code_task_flag_is_parsed(monkeypatch):
     assert (task.name, task.setting.backend, task.setting.steps, seen["recipe"]) == ("code", "docker", 3, "xrpo")
     assert demo.main(["--steps", "4"]) == 0
     assert (seen["task"].name, seen["task"].setting.steps, seen["recipe"]) == ("addition", 4, "grpo")
+    assert demo.main(["--task", "testbed"]) == 0
+    assert (seen["task"].name, seen["task"].setting.model.key, seen["recipe"]) == ("testbed", testbed.MODEL.key, "xrpo")
 
 
 def test_code_task_xrpo_settings_go_to_our_recipes_only():

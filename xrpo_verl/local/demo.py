@@ -10,6 +10,9 @@
 4. measures the trained model the same way and prints before/after with standard errors, and
    writes a PNG of training reward against step.
 
+`--task testbed` (`make demo TASK=testbed`): XRPO on the premise testbed (`xrpo_verl.local.testbed`),
+the setting where each exploration part has what it is built on; its model takes longer to build.
+
 `--task code` (`make demo TASK=code`): the same stages (`run`) on the tiny code task
 (`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
 (bubblewrap, or Docker with `--sandbox docker`), XRPO on by default; the pass rate is k programs
@@ -30,17 +33,24 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xrpo_verl.local import code_rl, launch, learning
+from xrpo_verl.local import code_rl, launch, learning, testbed
 from xrpo_verl.local.launch import read_metrics
 
-# Metrics of the `xrpo` trainer mode (xrpo_verl/verl_adapters/trainer.py); absent for GRPO.
-ROLLOUTS_MEAN = "xrpo/alloc/n_q/mean"
-ICL_TRIGGERS, ICL_FLIP_RATE = "xrpo/icl/triggers", "xrpo/icl/flip_rate"
+# Metrics of the `xrpo` trainer mode (xrpo_verl/verl_adapters/step_metrics.py); absent for GRPO.
+N_MIN, N_MAX = "xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"
+ICL_FLIPS, ZERO_SHOT_FLIPS = "xrpo/icl/flips", "xrpo/icl/zero_shot_flips"
+NOVELTY_SHARE = "xrpo/novelty/bonus_share"
+GUIDED_ROLLOUTS, GUIDED_SUCCESS = "xrpo/guided/rollouts", "xrpo/guided/success_rate"
 REWARD = "critic/score/mean"
 
 
 class Progress:
-    """One status line updated per training step: a bar on a terminal, a line every `every` steps otherwise."""
+    """One status line updated per training step: a bar on a terminal, a line every `every` steps otherwise.
+
+    Besides step, reward and speed it shows what each exploration part did, where it is on: the
+    planner's spread of rollouts per prompt, the all-fail prompts ICL flipped (and those zero-shot
+    resampling flipped beside it), the novelty bonus's share of |A|, the guided suffixes that
+    succeeded."""
 
     def __init__(self, total: int, n: int, stream=sys.stdout, every: int = 10):
         self.total, self.n, self.stream, self.every = total, n, stream, every
@@ -48,24 +58,42 @@ class Progress:
         self.start = time.time()
         self.first_step_at: float | None = None
         self.rewards: list[float] = []
-        self.flips = 0
+        self.flips = self.zero_shot_flips = 0
+        self.novelty: list[float] = []
+        self.guided = self.guided_successes = 0
         self.holding, self.held = False, None
+
+    def mechanisms(self, metrics: dict[str, float]) -> str:
+        """The exploration parts' running totals, for the parts this step's metrics show are on."""
+        if N_MIN in metrics:
+            parts = [f"rollouts/prompt {metrics[N_MIN]:.0f}-{metrics[N_MAX]:.0f}"]
+        else:
+            parts = [f"rollouts/prompt {self.n}"]
+        if ICL_FLIPS in metrics:
+            self.flips += round(metrics[ICL_FLIPS])
+            self.zero_shot_flips += round(metrics.get(ZERO_SHOT_FLIPS, 0.0))
+            parts.append(f"ICL flips {self.flips:3d} (zero-shot {self.zero_shot_flips})")
+        if NOVELTY_SHARE in metrics:
+            self.novelty.append(metrics[NOVELTY_SHARE])
+            parts.append(f"novelty {sum(self.novelty) / len(self.novelty):.1%} of |A|")
+        if GUIDED_ROLLOUTS in metrics:
+            rollouts = round(metrics[GUIDED_ROLLOUTS])
+            self.guided += rollouts
+            self.guided_successes += round(rollouts * metrics.get(GUIDED_SUCCESS, 0.0))
+            parts.append(f"guided {self.guided_successes}/{self.guided}")
+        return "  ".join(parts)
 
     def line(self, step: int, metrics: dict[str, float]) -> str:
         if REWARD in metrics:
             self.rewards.append(metrics[REWARD])
-        if ICL_TRIGGERS in metrics:
-            self.flips += round(metrics.get(ICL_FLIP_RATE, 0.0) * metrics[ICL_TRIGGERS])
         recent = self.rewards[-10:]
         width = 24
         done = round(width * step / self.total)
         per_step = (time.time() - self.first_step_at) / max(1, step - 1) if self.first_step_at else 0.0
-        icl = f"ICL flips {self.flips:3d}" if ICL_TRIGGERS in metrics else "ICL off"
         return (
             f"[{'#' * done}{'.' * (width - done)}] step {step:3d}/{self.total}  "
             f"reward {metrics.get(REWARD, float('nan')):.2f} (last 10: {sum(recent) / max(1, len(recent)):.2f})  "
-            f"rollouts/prompt {metrics.get(ROLLOUTS_MEAN, self.n):.1f}  {icl}  "
-            f"{per_step:.1f} s/step"
+            f"{self.mechanisms(metrics)}  {per_step:.1f} s/step"
         )
 
     def hold(self) -> None:
@@ -230,6 +258,21 @@ def _addition(args) -> Task:
     )
 
 
+def _testbed(args) -> Task:
+    """The premise testbed (`testbed.py`): addition with two answer styles and families whose offset
+    only examples reveal, on a model warmed up with few-shot prompts; XRPO by default."""
+    setting = replace(testbed.SETTING, steps=args.steps or testbed.SETTING.steps, lr=args.lr or testbed.SETTING.lr)
+    return Task(
+        "testbed",
+        "xrpo",
+        "column addition in two styles and 16 families, with few-shot prompts",
+        setting,
+        learning.prepare,
+        learning.cpu_run,
+        lambda model_dir, ckpt, st: (measure(model_dir, ckpt, st), {}),
+    )
+
+
 def _code(args) -> Task:
     defaults = code_rl.CodeSetting(backend=args.sandbox)
     setting = replace(defaults, steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
@@ -251,7 +294,7 @@ def _code(args) -> Task:
     )
 
 
-TASKS = {"addition": _addition, "code": _code}
+TASKS = {"addition": _addition, "testbed": _testbed, "code": _code}
 
 
 def run_overrides(task: Task, recipe: str, seed: int) -> list[str]:
@@ -267,7 +310,7 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
 
     start, setting = time.time(), task.setting
     print(f"[1/5] tiny model, warmed up on {task.model_text} (built once, then cached)", flush=True)
-    out = out_root / (recipe if task.name == "addition" else f"code_{recipe}")
+    out = out_root / (recipe if task.name == "addition" else f"{task.name}_{recipe}")
     if out.exists():
         shutil.rmtree(out)  # a fresh run: the file logger appends and checkpoints would resume
     model_dir, _, _ = task.prepare(out, setting)
@@ -349,12 +392,16 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--task", default="addition", choices=sorted(TASKS), help="addition (math) or code (sandbox rewards)"
+        "--task",
+        default="addition",
+        choices=sorted(TASKS),
+        help="addition (math), testbed (math, the premise testbed) or code (sandbox rewards)",
     )
     parser.add_argument(
         "--recipe",
         default=None,
-        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, xrpo, extra, xrpo_extra); default grpo, xrpo for code",
+        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, dapo, xrpo, extra, xrpo_extra, ...); "
+        "default grpo, xrpo for testbed and code",
     )
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the task's setting)")
     parser.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the task's setting)")
