@@ -64,13 +64,15 @@ def test_code_table_shows_verdicts_and_sandbox_time_per_step():
     metrics = {
         1: {"critic/score/mean": 0.25, "reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/verdict/CE": 2,
             "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25,
-            "reward/sandbox/exclusive_share": 0.125},
+            "reward/sandbox/exclusive_share": 0.125, "reward/sandbox/memo_hits": 3},
         2: {"timing_s/step": 1.0},  # a validation-only line: no row
     }  # fmt: skip
     lines = demo.verdict_table(metrics).splitlines()
     assert len(lines) == 2
-    assert lines[0].split() == ["step", "reward", *demo.VERDICT_COLUMNS, "sandbox", "s", "step", "s", "busy", "alone"]
-    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3.50", "14.0", "25.0%", "12.5%"]
+    assert lines[0].split() == [
+        "step", "reward", *demo.VERDICT_COLUMNS, "memo", "sandbox", "s", "step", "s", "busy", "alone"
+    ]  # fmt: skip
+    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3", "3.50", "14.0", "25.0%", "12.5%"]
 
 
 def test_code_task_flag_is_parsed(monkeypatch):

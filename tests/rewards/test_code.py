@@ -6,8 +6,11 @@ Judging tests skip, with the reason, only when no sandbox backend can run here.
 import json
 import os
 import tempfile
+import threading
 import time
 import urllib.request
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +18,9 @@ from sandbox.backends.bwrap import bwrap_available
 from xrpo_verl.rewards.code import (
     VERDICTS,
     CodeRewardConfig,
+    JudgeOutcome,
     SandboxFailure,
+    VerdictMemo,
     busy_seconds,
     compute_score,
     exclusive_seconds,
@@ -172,7 +177,7 @@ def test_sandbox_error_then_success_scores_the_real_verdict():
 
 @needs_bwrap
 def test_judged_rows_carry_timing_and_unjudged_rows_zeros():
-    ac = compute_score("code/x", GOOD, json.dumps(ADD), None, BWRAP)
+    ac = compute_score("code/x", GOOD, json.dumps(ADD), None, replace(BWRAP, memo_size=0))
     assert ac["attempts"] == 1 and ac["sandbox_s"] > 0 and ac["sandbox_end"] > ac["sandbox_start"] > 0
     none = compute_score("code/x", "no code here", json.dumps(ADD), None, BWRAP)
     assert (none["attempts"], none["sandbox_s"], none["sandbox_start"], none["sandbox_end"]) == (0, 0.0, 0.0, 0.0)
@@ -198,6 +203,8 @@ def test_step_metrics_counts_verdicts_runs_and_share():
     assert (m["reward/verdict/AC"], m["reward/verdict/WA"], m["reward/verdict/no_code"]) == (2, 1, 1)
     assert m["reward/verdict/SE"] == 0 and m["reward/verdict/TLE"] == 0
     assert m["reward/sandbox/runs"] == 4 and m["reward/sandbox/retries"] == 1
+    assert m["reward/sandbox/memo_hits"] == 0
+    assert step_metrics([*infos, {"verdict": "AC", "attempts": 0, "memo_hit": 1.0}])["reward/sandbox/memo_hits"] == 1
     assert m["reward/sandbox/judge_s"] == pytest.approx(1.75)
     # union: [10, 12] and [20, 20.5] = 2.5 s of a 10 s step
     assert m["reward/sandbox/busy_s"] == pytest.approx(2.5)
@@ -319,3 +326,94 @@ def test_two_servers_one_killed_mid_run_nothing_lost_or_misscored():
     assert not [
         n for n in os.listdir(tempfile.gettempdir()) if n.startswith(tuple(f"xrpo-sbx-{u}-" for u in doomed_uids))
     ]
+
+
+# --- one verdict per distinct program ------------------------------------------------------------
+
+
+def _outcome(verdict: str) -> JudgeOutcome:
+    return JudgeOutcome(SimpleNamespace(verdict=verdict, passed=0), 0.1, 1.0, 1.1, 1)
+
+
+def test_memo_judges_a_program_once_even_when_rows_arrive_together():
+    memo, calls, release = VerdictMemo(size=8), [], threading.Event()
+
+    def run():
+        calls.append(1)
+        release.wait(5)
+        return _outcome("WA")
+
+    found = []
+    threads = [threading.Thread(target=lambda: found.append(memo.judge("k", run))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)  # all four are in: one judging, three waiting on it
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert len(calls) == 1 and sorted(hit for _, hit in found) == [False, True, True, True]
+    assert {o.result.verdict for o, _ in found} == {"WA"}
+    assert memo.judge("k", run) == (found[0][0], True) and len(calls) == 1
+
+
+def test_memo_keeps_no_tle_and_no_failure_and_drops_the_least_recent():
+    memo, calls = VerdictMemo(size=2), []
+
+    def run(verdict):
+        calls.append(verdict)
+        return _outcome(verdict)
+
+    assert memo.judge("slow", lambda: run("TLE"))[1] is False
+    assert memo.judge("slow", lambda: run("TLE"))[1] is False  # judged again: TLE depends on the load
+    with pytest.raises(SandboxFailure):
+        memo.judge("se", lambda: (_ for _ in ()).throw(SandboxFailure("down")))
+    assert memo.judge("se", lambda: run("AC"))[1] is False  # a failure is not a verdict
+    memo.judge("b", lambda: run("WA"))
+    memo.judge("c", lambda: run("RE"))  # drops "se", the least recently used
+    assert len(memo) == 2 and memo.judge("b", lambda: run("x"))[1] is True
+    assert memo.judge("se", lambda: run("AC"))[1] is False
+    assert calls == ["TLE", "TLE", "AC", "WA", "RE", "AC"]
+
+
+def test_memo_failure_reaches_every_row_waiting_on_it():
+    memo, release = VerdictMemo(size=8), threading.Event()
+
+    def fail():
+        release.wait(5)
+        raise SandboxFailure("down")
+
+    errors = []
+
+    def row():
+        try:
+            memo.judge("k", fail)
+        except SandboxFailure as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=row) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert len(errors) == 3  # no row waiting on a failed judge gets a score
+
+
+@needs_bwrap
+def test_an_identical_program_takes_the_verdict_without_a_sandbox_run():
+    config = replace(BWRAP, memo_size=16)
+    program = "```python\na, b = map(int, input().split())\nprint(a + b)  # memo test\n```"
+    first = compute_score("code/x", program, json.dumps(ADD), None, config)
+    again = compute_score("code/x", "Again:\n" + program, json.dumps(ADD), None, config)  # the same block
+    assert (first["verdict"], first["memo_hit"], first["attempts"]) == ("AC", 0.0, 1)
+    assert (again["verdict"], again["score"], again["memo_hit"], again["attempts"], again["sandbox_s"]) == (
+        "AC", 1.0, 1.0, 0, 0.0
+    )  # fmt: skip
+    other = compute_score("code/x", program.replace("# memo test", "# memo test 2"), json.dumps(ADD), None, config)
+    assert (other["memo_hit"], other["attempts"]) == (0.0, 1)  # another program text: judged
+    wrong_tests = {**ADD, "tests": [{"input": "1 2\n", "output": "4\n"}]}
+    moved = compute_score("code/x", program, json.dumps(wrong_tests), None, config)
+    assert (moved["verdict"], moved["memo_hit"]) == ("WA", 0.0)  # other tests: judged
+    fraction = compute_score("code/x", program, json.dumps(ADD), None, replace(config, reward_mode="fraction"))
+    assert fraction["memo_hit"] == 0.0  # all tests run in fraction mode: another key

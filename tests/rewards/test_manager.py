@@ -201,6 +201,7 @@ def test_concurrency_limit_is_respected(tokenizer):
         "sandbox_start": 0.0,
         "sandbox_end": 0.0,
         "attempts": 0,
+        "memo_hit": 0.0,
         "length": 2,
     }
 

@@ -194,10 +194,11 @@ VERDICT_COLUMNS = ("AC", "WA", "TLE", "RE", "CE", "SE", "no_code")
 
 
 def verdict_table(metrics: dict[int, dict]) -> str:
-    """One line per step: reward, the verdict counts and the sandbox time the trainer logged (busy:
-    any judge running; alone: no rollout generating meanwhile, the sandbox on the critical path)."""
+    """One line per step: reward, the verdict counts, the rows that took the verdict of the same
+    program judged for another row (memo), and the sandbox time the trainer logged (busy: any judge
+    running; alone: no rollout generating meanwhile, the sandbox on the critical path)."""
     head = f"{'step':>4} {'reward':>6} " + " ".join(f"{v:>7}" for v in VERDICT_COLUMNS)
-    head += f" {'sandbox s':>9} {'step s':>7} {'busy':>6} {'alone':>6}"
+    head += f" {'memo':>5} {'sandbox s':>9} {'step s':>7} {'busy':>6} {'alone':>6}"
     lines = [head]
     for step in sorted(metrics):
         m = metrics[step]
@@ -205,7 +206,8 @@ def verdict_table(metrics: dict[int, dict]) -> str:
             continue
         counts = " ".join(f"{m.get(f'reward/verdict/{v}', 0):7.0f}" for v in VERDICT_COLUMNS)
         lines.append(
-            f"{step:4d} {m[REWARD]:6.2f} {counts} {m.get('reward/sandbox/busy_s', 0):9.2f} "
+            f"{step:4d} {m[REWARD]:6.2f} {counts} {m.get('reward/sandbox/memo_hits', 0):5.0f} "
+            f"{m.get('reward/sandbox/busy_s', 0):9.2f} "
             f"{m.get('timing_s/step', 0):7.1f} {m.get('reward/sandbox/share', 0):6.1%} "
             f"{m.get('reward/sandbox/exclusive_share', 0):6.1%}"
         )
@@ -378,6 +380,7 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
         summary["train_verdicts"] = {
             v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS
         }
+        summary["memo_hits"] = sum(m.get("reward/sandbox/memo_hits", 0) for m in metrics.values())
         summary["sandbox_share_of_step"] = busy / step_s if step_s else 0.0
         summary["sandbox_alone_share_of_step"] = alone / step_s if step_s else 0.0
         print(

@@ -14,13 +14,23 @@ Timing, for the trainer's per-step sandbox metrics (`step_metrics`): `sandbox_s`
 `sandbox.judge`, all attempts), `sandbox_start` / `sandbox_end` (wall-clock epoch seconds around
 them) and `attempts` (judge calls; more than one means a sandbox error was retried). A row that
 never reached the sandbox has all four at 0.
+
+A program is judged once per problem (`VerdictMemo`): a group's rollouts often write the same
+program, more so as the policy sharpens, and its verdict on the same tests is the same. A row whose
+program was already judged, or is being judged for another row, takes that verdict with
+`memo_hit` 1 and no sandbox time of its own. TLE is not kept (it depends on the machine's load at
+the time), nor is a sandbox failure (it is raised, for every row that waited on it).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import threading
 import time
+from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,6 +67,9 @@ class CodeRewardConfig(Config):
     default_language: str = option("python", "Language of a fence with no tag (our prompts ask for ```python). [I]")
     se_retries: int = option(2, "Extra attempts after a sandbox error before the run stops (never scored 0). [I]")
     retry_backoff_s: float = option(0.5, "Sleep before retry k: retry_backoff_s * 2**k seconds. [I]")
+    memo_size: int = option(
+        4096, "Verdicts of distinct (problem, program) pairs a process keeps; an identical program is judged once. [I]"
+    )
 
     def __post_init__(self):
         self._check_fields()
@@ -68,6 +81,8 @@ class CodeRewardConfig(Config):
             raise ValueError(f"se_retries must be >= 0, got {self.se_retries}")
         if self.retry_backoff_s < 0:
             raise ValueError(f"retry_backoff_s must be >= 0, got {self.retry_backoff_s}")
+        if self.memo_size < 0:
+            raise ValueError(f"memo_size must be >= 0 (0: judge every row), got {self.memo_size}")
         if (self.backend == "remote") != (self.url is not None):
             raise ValueError(
                 f"url is required with backend='remote' and only then; got backend={self.backend!r}, url={self.url!r}"
@@ -182,6 +197,82 @@ def judge_with_retries(
     )
 
 
+# Verdicts that depend on the program and the tests only; TLE depends on the machine's load too.
+MEMO_VERDICTS = frozenset({"AC", "WA", "CE", "RE", "MLE", "OLE"})
+
+
+class VerdictMemo:
+    """Verdicts of the programs judged so far, least recently used dropped beyond `size`.
+
+    `judge(key, run)` returns `(outcome, hit)`: a kept verdict; or, while another thread judges the
+    same key, that thread's verdict once it is back (if it is one to keep, else this row is judged
+    itself); or `run()`'s, kept if its verdict is in `MEMO_VERDICTS`. A `run()` that raises raises
+    in every thread waiting on it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._kept: OrderedDict[str, JudgeOutcome] = OrderedDict()
+        self._running: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def judge(self, key: str, run) -> tuple[JudgeOutcome, bool]:
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key], True
+            running = self._running.get(key)
+            if running is None:
+                running = self._running[key] = Future()
+                owner = True
+            else:
+                owner = False
+        if not owner:
+            outcome = running.result()  # raises what the judging thread raised
+            if _verdict(outcome) in MEMO_VERDICTS:
+                return outcome, True
+            return run(), False
+        try:
+            outcome = run()
+        except BaseException as exc:
+            with self._lock:
+                del self._running[key]
+            running.set_exception(exc)
+            raise
+        with self._lock:
+            del self._running[key]
+            if _verdict(outcome) in MEMO_VERDICTS and self.size:
+                self._kept[key] = outcome
+                while len(self._kept) > self.size:
+                    self._kept.popitem(last=False)
+        running.set_result(outcome)
+        return outcome, False
+
+
+def _verdict(outcome: JudgeOutcome) -> str:
+    return str(getattr(outcome.result.verdict, "value", outcome.result.verdict))
+
+
+@functools.cache
+def _memo(size: int) -> VerdictMemo:
+    """One memo per process and size: the reward worker's rows share it across steps."""
+    return VerdictMemo(size)
+
+
+def memo_key(problem: dict, code: str, language: str, config: CodeRewardConfig) -> str:
+    """What decides a verdict: the problem (tests, limits, checker), the program, its language, the
+    sandbox that judges it (its toolchain), and whether judging stops at the first failed test
+    (pass_fail) or runs them all (fraction)."""
+    backend = (
+        config.backend if isinstance(config.backend, str) else f"{type(config.backend).__name__}@{id(config.backend)}"
+    )
+    text = json.dumps([problem, code, language, config.reward_mode, backend, config.url], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -209,7 +300,12 @@ def compute_score(
     if problem.get("kind") == "functional" and language != "python":
         reason = f"problem {problem.get('id')!r} is a Python function-call problem; the block is {language!r}"
         return _result("bad_language", 0.0, reason, total=total, language=language)
-    outcome = judge_with_retries(problem, block.code, language, config)
+    judge_row = functools.partial(judge_with_retries, problem, block.code, language, config)
+    if config.memo_size:
+        key = memo_key(problem, block.code, language, config)
+        outcome, memo_hit = _memo(config.memo_size).judge(key, judge_row)
+    else:
+        outcome, memo_hit = judge_row(), False
     result = outcome.result
     verdict = str(getattr(result.verdict, "value", result.verdict))
     if config.reward_mode == "fraction":
@@ -222,10 +318,12 @@ def compute_score(
         passed=result.passed,
         total=total,
         language=language,
-        sandbox_s=outcome.seconds,
-        sandbox_start=outcome.start,
-        sandbox_end=outcome.end,
-        attempts=outcome.attempts,
+        # a memo hit ran nothing: the sandbox time is the row that was judged
+        sandbox_s=0.0 if memo_hit else outcome.seconds,
+        sandbox_start=0.0 if memo_hit else outcome.start,
+        sandbox_end=0.0 if memo_hit else outcome.end,
+        attempts=0 if memo_hit else outcome.attempts,
+        memo_hit=float(memo_hit),
     )
 
 
@@ -262,6 +360,7 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
     """Per-step sandbox metrics from the rows' reward_extra_info (rows without a verdict are ignored).
 
     reward/verdict/<V>: code rows with verdict V (every V of `VERDICTS`, zeros included);
+    reward/sandbox/memo_hits: rows that took the verdict of the same program judged for another row;
     reward/sandbox/runs: judge calls (retries included); reward/sandbox/retries: calls beyond the
     first; reward/sandbox/judge_s: seconds summed over rows; reward/sandbox/busy_s: wall time
     during which at least one call ran (union of the rows' [start, end]); reward/sandbox/share:
@@ -272,8 +371,9 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
     that over step_s.
     """
     counts = dict.fromkeys(VERDICTS, 0)
-    runs, judge_s, intervals, generating = 0, 0.0, [], []
+    runs, judge_s, intervals, generating, hits = 0, 0.0, [], [], 0
     for info in infos:
+        hits += int(float(info.get("memo_hit", 0.0) or 0.0))
         verdict = str(info.get("verdict", "") or "")
         if verdict:
             counts[verdict] = counts.get(verdict, 0) + 1
@@ -290,6 +390,7 @@ def step_metrics(infos: list[dict], step_s: float = 0.0) -> dict[str, float]:
     out.update(
         {
             "reward/sandbox/runs": float(runs),
+            "reward/sandbox/memo_hits": float(hits),
             "reward/sandbox/retries": float(runs - len(intervals)),
             "reward/sandbox/judge_s": judge_s,
             "reward/sandbox/busy_s": busy,

@@ -44,6 +44,8 @@ class ScoreResult:
     """code: wall-clock epoch seconds when the last attempt returned"""
     attempts: int = 0
     """code: judge calls (more than one: a sandbox error was retried)"""
+    memo_hit: float = 0.0
+    """code: 1.0 when the verdict is that of the same program judged for another row (no sandbox run)"""
     received_at: float = 0.0
     """epoch seconds when the reward manager received the response, just after its generation ended"""
 
