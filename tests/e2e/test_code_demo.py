@@ -37,3 +37,5 @@ def test_code_demo_raises_the_heldout_pass_rate(tmp_path):
     train = summary["train_verdicts"]
     assert train["SE"] == 0 and train["AC"] > 0 and sum(train.values()) > train["AC"], train
     assert 0 < summary["sandbox_alone_share_of_step"] <= summary["sandbox_share_of_step"] < 1, summary
+    # a group's repeated programs take the verdict judged once (the memo did not go inert)
+    assert 0 < summary["memo_hits"] < sum(train.values()), summary
