@@ -93,6 +93,30 @@ def steps_to_target(curve, target: float) -> int | None:
     return next((step for step, _, acc, _ in curve if acc >= target), None)
 
 
+def cost_to_target(curve, step_seconds: list, target: float) -> tuple[int, float] | None:
+    """Rollouts generated and training seconds (the sum of `timing_s/step`, validation left out)
+    up to the first validated step whose mean@k reaches `target`; None if never."""
+    step = steps_to_target(curve, target)
+    if step is None:
+        return None
+    rollouts = next(r for s, r, _, _ in curve if s == step)
+    return rollouts, float(sum(t for t in step_seconds[:step] if t is not None))
+
+
+def median_ci(values: list[float | None]) -> str:
+    """Median and 95% bootstrap interval over seeds, a run that never got there counted as beyond all
+    (with an even count, the upper of the two middle values: a median is not made up between a
+    finite cost and a run that never got there)."""
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return "never"
+    beyond = 10 * max(finite) + 1
+    upper_median = lambda a, axis=None: np.quantile(a, 0.5, axis=axis, method="higher")  # noqa: E731
+    med, low, high = bootstrap([beyond if v is None else v for v in values], upper_median)
+    show = lambda x: "never" if x >= beyond else f"{x:,.0f}"  # noqa: E731
+    return f"{show(med)} [{show(low)}, {show(high)}]"
+
+
 def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """`stat` of `values` over seeds and its 95% percentile-bootstrap interval."""
     rng = np.random.default_rng(seed)
@@ -199,6 +223,7 @@ def summarize(args) -> dict:
         records = [load_record(p) for p in done]
         curves = [r["curve"] for r in records]
         reach = [steps_to_target(c, args.target) for c in curves]
+        costs = [cost_to_target(r["curve"], r["series"].get("timing_s/step", []), args.target) for r in records]
         never = args.steps + args.val_every  # censored: beyond the last validation
         median, low, high = bootstrap([never if r is None else r for r in reach], np.median)
         series = {
@@ -210,6 +235,8 @@ def summarize(args) -> dict:
             "seeds": [r["seed"] for r in records],
             "steps_to_target": reach,
             "steps_to_target_median_ci95": [median, low, high],
+            "rollouts_to_target": [c and c[0] for c in costs],
+            "seconds_to_target": [c and c[1] for c in costs],
             "after": [
                 {k: {x: v for x, v in a.items() if x != "per_problem"} for k, a in r["after"].items()} for r in records
             ],
@@ -283,8 +310,8 @@ def report(summary: dict, before: dict | None, args) -> str:
     lines = [
         f"| method | seeds | val {k} at step {args.steps} (held-out) | after: {k} (change) | after: greedy | "
         f"{k} − GRPO's, same seed [95% CI] | greedy − GRPO's [95% CI] | "
-        f"steps to val {k} ≥ {args.target}: median [95% CI] |",
-        "|---|---|---|---|---|---|---|---|",
+        f"steps to val {k} ≥ {args.target}: median [95% CI] | rollouts to it | training seconds to it |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = "grpo"
     vs_mean, vs_greedy = versus(summary, base, k), versus(summary, base, "greedy")
@@ -300,7 +327,8 @@ def report(summary: dict, before: dict | None, args) -> str:
         lines.append(
             f"| {method} | {len(finals)} | {np.mean(finals):.3f} ± {sd(finals):.3f} | "
             f"{np.mean(after_k):.3f} ± {sd(after_k):.3f}{change} | {np.mean(after_g):.3f} ± {sd(after_g):.3f} | "
-            f"{cell(vs_mean.get(method))} | {cell(vs_greedy.get(method))} | {reached} |"
+            f"{cell(vs_mean.get(method))} | {cell(vs_greedy.get(method))} | {reached} | "
+            f"{median_ci(s['rollouts_to_target'])} | {median_ci(s['seconds_to_target'])} |"
         )
     return "\n".join(lines)
 

@@ -28,6 +28,15 @@ def test_val_curve_counts_rollouts_and_places_the_first_validation_at_step_0():
     assert study.steps_to_target(curve, 0.4) == 3 and study.steps_to_target(curve, 0.5) is None
 
 
+def test_cost_to_target_sums_rollouts_and_step_seconds_up_to_the_crossing():
+    curve = [(0, 0, 0.3, None), (2, 128, 0.45, None), (4, 300, 0.55, None)]
+    assert study.cost_to_target(curve, [1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == (300, 10.0)
+    assert study.cost_to_target(curve, [1.0] * 5, 0.6) is None
+    assert study.median_ci([None, None]) == "never"
+    assert study.median_ci([300.0, 300.0, 300.0]) == "300 [300, 300]"
+    assert study.median_ci([100.0, None, None]).startswith("never")  # two of three never got there
+
+
 def test_val_curve_counts_the_groups_dapo_generated_and_dropped():
     evicted, surplus = study.DAPO_DROPPED
     metrics = {s: {"critic/score/mean": 0.4} for s in (1, 2)}
