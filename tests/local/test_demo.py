@@ -38,6 +38,18 @@ def test_progress_prints_step_reward_and_what_each_part_did():
     assert progress.flips == 10 and progress.novelty == pytest.approx([0.04] + [0.02] * 8)
 
 
+def test_progress_shows_only_the_parts_the_recipe_has_on():
+    out = io.StringIO()
+    progress = demo.Progress(total=2, n=8, stream=out, every=1, parts=launch.recipe_parts("xrpo"))
+    progress(
+        "step:1 - critic/score/mean:0.5 - xrpo/alloc/n_q/min:4 - xrpo/alloc/n_q/max:12 - xrpo/icl/flips:1"
+        " - xrpo/novelty/bonus_share:0.0 - xrpo/guided/rollouts:0"
+    )
+    line = out.getvalue()
+    assert "rollouts/prompt 4-12" in line and "ICL flips   1" in line
+    assert "novelty" not in line and "guided" not in line  # logged as zeros, but off in xrpo
+
+
 def test_progress_held_back_shows_only_the_latest_step_when_released():
     """While the demo prints the accuracy before training, step lines wait; the latest one follows."""
     out = io.StringIO()

@@ -52,8 +52,9 @@ class Progress:
     resampling flipped beside it), the novelty bonus's share of |A|, the guided suffixes that
     succeeded."""
 
-    def __init__(self, total: int, n: int, stream=sys.stdout, every: int = 10):
+    def __init__(self, total: int, n: int, stream=sys.stdout, every: int = 10, parts: dict[str, bool] | None = None):
         self.total, self.n, self.stream, self.every = total, n, stream, every
+        self.parts = parts  # `launch.recipe_parts`; None: a part is on where its metrics are logged
         self.tty = stream.isatty()
         self.start = time.time()
         self.first_step_at: float | None = None
@@ -64,19 +65,24 @@ class Progress:
         self.holding, self.held = False, None
 
     def mechanisms(self, metrics: dict[str, float]) -> str:
-        """The exploration parts' running totals, for the parts this step's metrics show are on."""
-        if N_MIN in metrics:
+        """The exploration parts' running totals, for the parts that are on (the trainer mode logs
+        every part's metrics, zeros for those that are off)."""
+
+        def on(part: str, key: str) -> bool:
+            return key in metrics and (self.parts is None or self.parts.get(part, False))
+
+        if on("planner", N_MIN):
             parts = [f"rollouts/prompt {metrics[N_MIN]:.0f}-{metrics[N_MAX]:.0f}"]
         else:
             parts = [f"rollouts/prompt {self.n}"]
-        if ICL_FLIPS in metrics:
+        if on("icl", ICL_FLIPS):
             self.flips += round(metrics[ICL_FLIPS])
             self.zero_shot_flips += round(metrics.get(ZERO_SHOT_FLIPS, 0.0))
             parts.append(f"ICL flips {self.flips:3d} (zero-shot {self.zero_shot_flips})")
-        if NOVELTY_SHARE in metrics:
+        if on("novelty", NOVELTY_SHARE):
             self.novelty.append(metrics[NOVELTY_SHARE])
             parts.append(f"novelty {sum(self.novelty) / len(self.novelty):.1%} of |A|")
-        if GUIDED_ROLLOUTS in metrics:
+        if on("prefix", GUIDED_ROLLOUTS):
             rollouts = round(metrics[GUIDED_ROLLOUTS])
             self.guided += rollouts
             self.guided_successes += round(rollouts * metrics.get(GUIDED_SUCCESS, 0.0))
@@ -322,7 +328,7 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
         flush=True,
     )
     run = task.cpu_run(out, setting, save_freq=setting.steps)  # keep the final weights to measure
-    progress = Progress(setting.steps, setting.n)
+    progress = Progress(setting.steps, setting.n, parts=launch.recipe_parts(recipe))
     progress.hold()  # until the accuracy before training is printed
     # verl's start-up (Ray, workers, engine) leaves a core idle for a minute or more: the base
     # model is measured meanwhile, in this process, while a thread follows the trainer's output.
