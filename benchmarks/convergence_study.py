@@ -10,6 +10,8 @@ Reported per method: mean@k and pass@k curves against step and against rollouts 
 to the target mean@k with a bootstrap confidence interval over seeds, the after-training accuracy,
 and its difference from GRPO's on the same seed (same data order) with a bootstrap interval.
 `xrpo_planner` and `xrpo_planner_icl` are XRPO's ablations (xrpo = planner + ICL + sharpening).
+`extra_n` (novelty only) and `extra_r` (prefix regeneration only) are ExTra's; `dapo` is GRPO with
+verl's dynamic sampling, whose dropped groups count as rollouts generated.
 
 Resumable: a run that finished has `done.json` (the measured accuracy, the validation curve and
 per-step metrics of every part; small enough to keep in git) and is reused; an interrupted one
