@@ -355,10 +355,15 @@ class BwrapSession(Session):
         with tempfile.TemporaryFile() as err:
             try:
                 argv, prefix = self._argv(command, w_fd, job), self._spawn_prefix(outer)
-                # the fork path's user switch and preexec (cgroup join, rlimits) only when there is no prefix
-                switch = {} if prefix is not None else {"user": self.uid, "group": self.uid, "extra_groups": []}
+                # the fork path (no prefix) switches user and joins the cgroup in the child itself
+                switch = {}
                 if prefix is None:
-                    switch["preexec_fn"] = self._preexec(outer)
+                    switch = {
+                        "user": self.uid,
+                        "group": self.uid,
+                        "extra_groups": [],
+                        "preexec_fn": self._preexec(outer),
+                    }
                 p = subprocess.Popen(
                     argv if prefix is None else prefix + argv,
                     stdin=subprocess.PIPE,

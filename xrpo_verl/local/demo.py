@@ -220,6 +220,11 @@ def verdict_table(metrics: dict[int, dict]) -> str:
     return "\n".join(lines)
 
 
+def measure_sums(model_dir: Path, checkpoint: Path | None, setting: learning.LearningSetting) -> tuple[dict, dict]:
+    """`Task.measure` of the addition tasks: `measure`, with no extra summary fields."""
+    return measure(model_dir, checkpoint, setting), {}
+
+
 def measure_code(model_dir: Path, checkpoint: Path | None, setting: code_rl.CodeSetting) -> tuple[dict, dict]:
     """Held-out pass rate of the code task (k programs at T=1, judged in the sandbox) and its verdicts."""
     from transformers import AutoTokenizer
@@ -262,7 +267,7 @@ def _addition(args) -> Task:
         setting,
         learning.prepare,
         learning.cpu_run,
-        lambda model_dir, ckpt, st: (measure(model_dir, ckpt, st), {}),
+        measure_sums,
     )
 
 
@@ -277,7 +282,7 @@ def _testbed(args) -> Task:
         setting,
         learning.prepare,
         learning.cpu_run,
-        lambda model_dir, ckpt, st: (measure(model_dir, ckpt, st), {}),
+        measure_sums,
     )
 
 

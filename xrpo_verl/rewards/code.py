@@ -306,8 +306,7 @@ def compute_score(
         outcome, memo_hit = _memo(config.memo_size).judge(key, judge_row)
     else:
         outcome, memo_hit = judge_row(), False
-    result = outcome.result
-    verdict = str(getattr(result.verdict, "value", result.verdict))
+    result, verdict = outcome.result, _verdict(outcome)
     if config.reward_mode == "fraction":
         score = result.passed / total
     else:
