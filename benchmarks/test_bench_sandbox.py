@@ -147,6 +147,29 @@ def test_bench_judge_fork_vs_exec(benchmark, request, monkeypatch, backend):
     _against(benchmark, lambda: judged(True), lambda: judged(False), "exec", "fork")
 
 
+@pytest.mark.parametrize("tests", [4, 20])
+def test_bench_bwrap_stop_at_graded_wa(benchmark, bwrap, monkeypatch, tests):
+    """`judge()` of a Python submission that is wrong on test 0 (WA, the commonest failure of an RL
+    policy): the host grades each output as it comes back and ends the batch at the WA, against the
+    runner going on through every test (before: it stopped only at a failed run), paired per round
+    (extra_info["ratio_vs_run_on"])."""
+    from sandbox import Verdict, judge
+    from sandbox.backends.bwrap import BwrapSession
+
+    problem = {**PROBLEM, "tests": [{"input": "1 2\n", "output": "3"}] * tests}
+    wrong = SOL.replace("a + b", "a - b")
+    exec_batch = BwrapSession._exec_batch
+
+    def judged(stop_at_wa: bool) -> None:
+        def run(self, outer, job, accept=None):
+            return exec_batch(self, outer, job, accept if stop_at_wa else None)
+
+        monkeypatch.setattr(BwrapSession, "_exec_batch", run)
+        assert judge(problem, wrong, "python", backend=bwrap).verdict is Verdict.WA
+
+    _against(benchmark, lambda: judged(True), lambda: judged(False), "run_on", "stop_at_wa")
+
+
 def _against(benchmark, target, baseline, base_name: str, name: str) -> None:
     """Time target for ROUNDS rounds, each after one run of baseline; extra_info["ratio_vs_<base>"]
     is the median of the per-round ratios (target's share of baseline's time)."""

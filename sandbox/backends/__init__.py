@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from .base import Backend, RunSpec, Session
+from .base import Accept, Backend, RunSpec, Session
 
 _NAMES = ("auto", "docker", "bwrap")
 _shared: dict[str, Backend] = {}
@@ -50,4 +50,4 @@ def _make(name: str, opts: dict) -> Backend:
     return DockerBackend(DockerConfig(**opts))
 
 
-__all__ = ["Backend", "RunSpec", "Session", "get_backend"]
+__all__ = ["Accept", "Backend", "RunSpec", "Session", "get_backend"]

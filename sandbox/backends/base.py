@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..runner import create_nofollow
@@ -53,6 +54,10 @@ def is_relative_path(name: object) -> bool:
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
 
+# accept(index in run_many's specs, result): False when that run already fails its test
+Accept = Callable[[int, RunResult], bool]
+
+
 class Session(ABC):
     """One submission's sandbox: a private /work shared by its runs, on one worker."""
 
@@ -60,15 +65,21 @@ class Session(ABC):
     def run(self, spec: RunSpec) -> RunResult:
         """Run one process; a failure of the sandbox itself comes back as status ERROR."""
 
-    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool, accept: Accept | None = None) -> list[RunResult]:
         """Run specs in order, stopping after the first run that does not exit 0 when asked
-        (or when that run is `required`)."""
+        (or when that run is `required`), or, with `stop_on_failure`, the first that
+        `accept(index, result)` rejects (a wrong answer the caller graded as the batch went)."""
         results = []
-        for spec in specs:
+        for i, spec in enumerate(specs):
             results.append(self.run(spec))
-            if stops(spec, results[-1], stop_on_failure):
+            if stops(spec, results[-1], stop_on_failure) or rejected(accept, i, results[-1], stop_on_failure):
                 break
         return results
+
+
+def rejected(accept: Accept | None, index: int, result: RunResult, stop_on_failure: bool) -> bool:
+    """Whether run_many stops after this run because the caller graded it a failure."""
+    return stop_on_failure and accept is not None and not accept(index, result)
 
 
 def stops(spec: RunSpec, result: RunResult, stop_on_failure: bool) -> bool:
@@ -118,6 +129,10 @@ class RunnerReport:
         msg.pop("result")
         self.results.append(RunResult.from_wire(msg))
         return False
+
+    def stop_after_last(self) -> None:
+        """The host ended the batch after the last result: no step is left half-reported."""
+        self.begun = len(self.results) - 1
 
     @property
     def interrupted(self) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import os
 import queue
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from .. import runner
 from ..languages import PCH_DIR, PYTHON, pch_build_argv
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
-from .base import WORK, Backend, RunnerReport, RunSpec, Session, stops, write_file_nofollow
+from .base import WORK, Accept, Backend, RunnerReport, RunSpec, Session, rejected, stops, write_file_nofollow
 from .isolation import MemoryCgroup, reap
 from .uids import UidLease, default_lock_dir
 
@@ -301,17 +302,28 @@ class BwrapSession(Session):
                     os.close(fd)
         return _result(raw, status)
 
-    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool, accept: Accept | None = None) -> list[RunResult]:
         results: list[RunResult] = []
+        if accept is not None:  # each run graded once: in the batch's report, then here
+            graded: dict[int, bool] = {}
+            accept = functools.partial(_graded_once, accept, graded)
         for group in _batchable_groups(specs):
-            done = [self.run(group[0])] if group[0].writable else self._run_batch(group, stop_on_failure)
+            offset = len(results)
+            if group[0].writable:
+                done = [self.run(group[0])]
+            else:
+                done = self._run_batch(group, stop_on_failure, accept and (lambda i, r, o=offset: accept(o + i, r)))
             results += done
-            if len(done) < len(group) or stops(group[-1], done[-1], stop_on_failure):
+            end = stops(group[-1], done[-1], stop_on_failure) or rejected(
+                accept, len(results) - 1, done[-1], stop_on_failure
+            )
+            if len(done) < len(group) or end:
                 break
         return results
 
-    def _run_batch(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
-        """specs in one bwrap, through the batch runner."""
+    def _run_batch(self, specs: list[RunSpec], stop_on_failure: bool, accept: Accept | None = None) -> list[RunResult]:
+        """specs in one bwrap, through the batch runner; with stop_on_failure, the runner is told to
+        stop after a run that `accept` rejects, before the next test starts."""
         for spec in specs:
             self._write_files(spec)
         job = tempfile.mkdtemp(prefix=f"xrpo-job-{self.uid}-", dir=self.backend.config.work_root)
@@ -342,11 +354,11 @@ class BwrapSession(Session):
                 "fork_python": self.backend.config.fork_python,
             }
             write_file_nofollow(job, "batch", runner.encode_batch(batch))
-            return self._exec_batch(_outer_limits([s.limits for s in specs]), job)
+            return self._exec_batch(_outer_limits([s.limits for s in specs]), job, accept if stop_on_failure else None)
         finally:
             shutil.rmtree(job, ignore_errors=True)
 
-    def _exec_batch(self, outer: Limits, job: str) -> list[RunResult]:
+    def _exec_batch(self, outer: Limits, job: str, accept: Accept | None = None) -> list[RunResult]:
         """Run the runner on job/batch, following its report; a watchdog kills it past the
         batch's wall clock (the runner enforces each test's own)."""
         command = runner.runner_command(PYTHON, _RUNNER_DIR, f"{_JOB_DIR}/batch")
@@ -382,7 +394,7 @@ class BwrapSession(Session):
             timer.start()
             report, ended = RunnerReport(), False
             try:
-                ended = self._follow(p, report)
+                ended = self._follow(p, report, accept)
             finally:
                 timer.cancel()
                 _stop(p, ended)
@@ -397,10 +409,12 @@ class BwrapSession(Session):
             return [RunResult(RunStatus.ERROR, message=f"{who} failed before the first test: {detail}")]
         return report.finish(killed.is_set(), runner_err)
 
-    def _follow(self, p: subprocess.Popen, report: RunnerReport) -> bool:
+    def _follow(self, p: subprocess.Popen, report: RunnerReport, accept: Accept | None = None) -> bool:
         """Read the runner's report. Before each step the host resets the slot's peak memory (the
         runner waits for a line on stdin), so each test's peak is its own, above what the runner
-        held. Returns whether the runner closed its output by itself."""
+        held. A result that `accept` rejects ends the batch there: the host closes the runner's
+        stdin instead of starting the next step, and the runner exits. Returns whether the runner
+        closed its output by itself (or was told to stop)."""
         base = None
         for line in p.stdout:
             try:
@@ -410,6 +424,11 @@ class BwrapSession(Session):
             if not begun:
                 if base is not None and (peak := self.cgroup.peak_mb()) is not None:
                     report.results[-1].memory_mb = max(0.0, peak - base)
+                if accept is not None and not accept(len(report.results) - 1, report.results[-1]):
+                    with contextlib.suppress(BrokenPipeError):
+                        p.stdin.close()  # the runner's next readline sees the end: it returns
+                    report.stop_after_last()
+                    return True
                 continue
             self.cgroup.reset_peak()
             base = self.cgroup.usage_mb()
@@ -419,6 +438,12 @@ class BwrapSession(Session):
             except BrokenPipeError:
                 return False
         return True
+
+
+def _graded_once(accept: Accept, graded: dict[int, bool], index: int, result: RunResult) -> bool:
+    if index not in graded:
+        graded[index] = accept(index, result)
+    return graded[index]
 
 
 def _stop(p: subprocess.Popen, ended: bool) -> None:

@@ -34,7 +34,7 @@ from .. import runner
 from ..image import IMAGE, RUNNER_DIR, build_image
 from ..runner import encode_batch
 from ..verdict import RunResult, RunStatus
-from .base import WORK, Backend, RunnerReport, RunSpec, Session, write_file_nofollow
+from .base import WORK, Accept, Backend, RunnerReport, RunSpec, Session, rejected, write_file_nofollow
 from .uids import UidLease, default_lock_dir
 
 log = logging.getLogger(__name__)
@@ -277,10 +277,12 @@ class DockerSession(Session):
     def run(self, spec: RunSpec) -> RunResult:
         return self.run_many([spec], stop_on_failure=True)[0]
 
-    def run_many(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:
+    def run_many(self, specs: list[RunSpec], stop_on_failure: bool, accept: Accept | None = None) -> list[RunResult]:
         """Self-healing: when the container fails under the session's first batch (killed, OOM,
         a daemon hiccup), nothing of the session lived anywhere else, so the batch runs again
-        once on a fresh container; an SE comes back only when that one fails too."""
+        once on a fresh container; an SE comes back only when that one fails too. The runner's exec
+        streams its results without waiting for the host, so a batch runs on past a run that
+        `accept` rejects; the results end there all the same."""
         results = self._run_batch(specs, stop_on_failure)
         if self._batches == 1 and self.w.broken and results and results[-1].status is RunStatus.ERROR:
             log.warning("sandbox container failed (%s); retrying on a fresh one", results[-1].message[:200])
@@ -288,6 +290,9 @@ class DockerSession(Session):
             self.w = self.backend._acquire()
             self._batches = 0
             results = self._run_batch(specs, stop_on_failure)
+        for i, result in enumerate(results):
+            if rejected(accept, i, result, stop_on_failure):
+                return results[: i + 1]
         return results
 
     def _run_batch(self, specs: list[RunSpec], stop_on_failure: bool) -> list[RunResult]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ..backends import Backend, RunSpec, get_backend
+from ..backends import Accept, Backend, RunSpec, get_backend
 from ..languages import COMPILE_LIMITS, PYTHON, Language, get_language
 from ..problem import Problem, as_problem
 from ..remote import RemoteJudge
@@ -58,8 +58,19 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
     if prob.kind == "functional":
         argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
     specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
+    accept = None
+    if prob.checker is None:  # with a checker, a run is graded only after the batch, by the checker
+
+        def accept(i: int, r: RunResult) -> bool:  # run i of specs: test i, graded as it comes back
+            try:
+                return grade_test(prob, i, r, limits).verdict is Verdict.AC
+            except SandboxError:  # the grading below raises it; the batch stops here
+                return False
+
     with be.session() as s:
-        ce, runs = _compile_and_run(s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop)
+        ce, runs = _compile_and_run(
+            s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop, accept
+        )
     if ce is not None:
         return JudgeResult(Verdict.CE, 0, n, message=ce)
     tests = []
@@ -74,17 +85,29 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
 
 
 def _compile_and_run(
-    s, lang: Language, stem: str, source: bytes, limits: Limits, specs: list[RunSpec], stop: bool
+    s,
+    lang: Language,
+    stem: str,
+    source: bytes,
+    limits: Limits,
+    specs: list[RunSpec],
+    stop: bool,
+    accept: Accept | None = None,
 ) -> tuple[str | None, list[RunResult]]:
     """Compile in the sandbox, then run specs, in one run_many (Docker: one exec for both).
-    Returns the compiler's message and no runs on failure, else None and the runs."""
+    Returns the compiler's message and no runs on failure, else None and the runs. With `stop`, a
+    run of specs that `accept(index in specs, result)` rejects is the last (bwrap stops the batch
+    there; Docker's runner goes on, and the extra runs are ignored)."""
     files = {lang.source(stem): source}
     argv = lang.compile_argv(stem)
     if argv is None:
         specs = [dataclasses.replace(specs[0], files={**files, **specs[0].files}), *specs[1:]]
-        return None, s.run_many(specs, stop_on_failure=stop)
+        return None, s.run_many(specs, stop_on_failure=stop, accept=accept)
+    after_compile = accept and (lambda i, r: i == 0 or accept(i - 1, r))
     runs = s.run_many(
-        [RunSpec(argv, limits, files=files, writable=lang.compile_writes, required=True), *specs], stop_on_failure=stop
+        [RunSpec(argv, limits, files=files, writable=lang.compile_writes, required=True), *specs],
+        stop_on_failure=stop,
+        accept=after_compile,
     )
     r = runs[0]
     if r.status is RunStatus.ERROR:

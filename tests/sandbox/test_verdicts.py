@@ -60,6 +60,33 @@ def test_run_all_tests_when_asked(backend):
     assert (r.verdict, r.passed, [t.verdict for t in r.tests]) == (Verdict.WA, 1, [Verdict.AC, Verdict.WA, Verdict.WA])
 
 
+@pytest.mark.parametrize("language", ["python", "cpp"])
+def test_a_wrong_answer_stops_the_batch_where_it_is_graded(bwrap_backend, monkeypatch, language):
+    """A WA on test 0 ends the submission's batch there: bubblewrap's runner never starts test 1
+    (the host grades each output as it comes back), while every test still runs when all are asked."""
+    from sandbox.backends.base import RunnerReport
+
+    begun = []
+    feed = RunnerReport.feed
+
+    def counting_feed(self, line):
+        started = feed(self, line)
+        if started:
+            begun.append(self.begun)
+        return started
+
+    monkeypatch.setattr(RunnerReport, "feed", counting_feed)
+    code = (PY if language == "python" else CPP)[Verdict.WA]
+    r = judge(AB, code, language, backend=bwrap_backend)
+    assert (r.verdict, r.passed, len(r.tests)) == (Verdict.WA, 0, 1)
+    # Python: one batch, its compile check then test 0; C++: g++ runs in a sandbox of its own
+    assert begun == ([0, 1] if language == "python" else [0])
+    begun.clear()
+    r = judge(AB, code, language, backend=bwrap_backend, stop_on_first_failure=False)
+    assert (r.verdict, len(r.tests)) == (Verdict.WA, 3)
+    assert len(begun) == (4 if language == "python" else 3)
+
+
 THREADED = {
     "python": "import threading\nout = []\nts = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
     "[t.start() for t in ts]; [t.join() for t in ts]\na, b = map(int, input().split())\nprint(a + b)",
