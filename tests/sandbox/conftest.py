@@ -35,3 +35,21 @@ def docker_backend():
 @pytest.fixture(params=["bwrap", "docker"])
 def backend(request):
     return request.getfixturevalue(f"{request.param}_backend")
+
+
+@pytest.fixture
+def begun_steps(monkeypatch) -> list[int]:
+    """The batch steps the in-sandbox runner announced it was starting (bwrap and Docker alike), in order."""
+    from sandbox.backends.base import RunnerReport
+
+    begun: list[int] = []
+    feed = RunnerReport.feed
+
+    def counting_feed(self, line):
+        started = feed(self, line)
+        if started:
+            begun.append(self.begun)
+        return started
+
+    monkeypatch.setattr(RunnerReport, "feed", counting_feed)
+    return begun

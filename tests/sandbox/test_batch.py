@@ -241,19 +241,9 @@ def test_bwrap_spawn_auto_forks_only_a_small_process(bwrap_backend, monkeypatch)
         bwrap.BwrapConfig(spawn="vfork")
 
 
-def test_a_run_the_caller_rejects_ends_the_batch(backend, monkeypatch):
+def test_a_run_the_caller_rejects_ends_the_batch(backend, begun_steps):
     """`accept` graded run 1 wrong: run_many returns runs 0 and 1 only, whatever the runner could
     still run, and the session's next batch is whole (nothing of the stopped one is left over)."""
-    begun = []
-    feed = RunnerReport.feed
-
-    def counting_feed(self, line):
-        started = feed(self, line)
-        if started:
-            begun.append(self.begun)
-        return started
-
-    monkeypatch.setattr(RunnerReport, "feed", counting_feed)
     specs = [_py(f"print({i})") for i in range(4)]
     graded = []
 
@@ -266,7 +256,7 @@ def test_a_run_the_caller_rejects_ends_the_batch(backend, monkeypatch):
         assert [r.stdout for r in rs] == [b"0\n", b"1\n"]
         assert [r.status for r in rs] == [RunStatus.OK] * 2
         if backend.name == "bwrap":  # the host never let the runner start run 2
-            assert begun == [0, 1] and graded == [0, 1]
+            assert begun_steps == [0, 1] and graded == [0, 1]
         again = s.run_many(specs, stop_on_failure=True)
     assert [r.stdout for r in again] == [b"0\n", b"1\n", b"2\n", b"3\n"]
     with backend.session() as s:  # accept is a stop rule: without stop_on_failure every run is kept

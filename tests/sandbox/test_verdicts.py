@@ -61,30 +61,18 @@ def test_run_all_tests_when_asked(backend):
 
 
 @pytest.mark.parametrize("language", ["python", "cpp"])
-def test_a_wrong_answer_stops_the_batch_where_it_is_graded(bwrap_backend, monkeypatch, language):
+def test_a_wrong_answer_stops_the_batch_where_it_is_graded(bwrap_backend, begun_steps, language):
     """A WA on test 0 ends the submission's batch there: bubblewrap's runner never starts test 1
     (the host grades each output as it comes back), while every test still runs when all are asked."""
-    from sandbox.backends.base import RunnerReport
-
-    begun = []
-    feed = RunnerReport.feed
-
-    def counting_feed(self, line):
-        started = feed(self, line)
-        if started:
-            begun.append(self.begun)
-        return started
-
-    monkeypatch.setattr(RunnerReport, "feed", counting_feed)
     code = (PY if language == "python" else CPP)[Verdict.WA]
     r = judge(AB, code, language, backend=bwrap_backend)
     assert (r.verdict, r.passed, len(r.tests)) == (Verdict.WA, 0, 1)
     # Python: one batch, its compile check then test 0; C++: g++ runs in a sandbox of its own
-    assert begun == ([0, 1] if language == "python" else [0])
-    begun.clear()
+    assert begun_steps == ([0, 1] if language == "python" else [0])
+    begun_steps.clear()
     r = judge(AB, code, language, backend=bwrap_backend, stop_on_first_failure=False)
     assert (r.verdict, len(r.tests)) == (Verdict.WA, 3)
-    assert len(begun) == (4 if language == "python" else 3)
+    assert len(begun_steps) == (4 if language == "python" else 3)
 
 
 THREADED = {
