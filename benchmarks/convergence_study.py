@@ -105,6 +105,12 @@ def cost_to_target(curve, step_seconds: list, target: float) -> tuple[int, float
     return rollouts, float(sum(t for t in step_seconds[:step] if t is not None))
 
 
+def upper_median(a, axis=None):
+    """The median, with an even count the upper of the two middle values (never a midpoint made up
+    between a finite value and a censored one)."""
+    return np.quantile(a, 0.5, axis=axis, method="higher")
+
+
 def median_ci(values: list[float | None]) -> str:
     """Median and 95% bootstrap interval over seeds, a run that never got there counted as beyond all
     (with an even count, the upper of the two middle values: a median is not made up between a
@@ -113,7 +119,6 @@ def median_ci(values: list[float | None]) -> str:
     if not finite:
         return "never"
     beyond = 10 * max(finite) + 1
-    upper_median = lambda a, axis=None: np.quantile(a, 0.5, axis=axis, method="higher")  # noqa: E731
     med, low, high = bootstrap([beyond if v is None else v for v in values], upper_median)
     show = lambda x: "never" if x >= beyond else f"{x:,.0f}"  # noqa: E731
     return f"{show(med)} [{show(low)}, {show(high)}]"
@@ -227,7 +232,7 @@ def summarize(args) -> dict:
         reach = [steps_to_target(c, args.target) for c in curves]
         costs = [cost_to_target(r["curve"], r["series"].get("timing_s/step", []), args.target) for r in records]
         never = args.steps + args.val_every  # censored: beyond the last validation
-        median, low, high = bootstrap([never if r is None else r for r in reach], np.median)
+        median, low, high = bootstrap([never if r is None else r for r in reach], upper_median)
         series = {
             k: [float(np.nanmean([v for v in r["series"][k] if v is not None])) for r in records]
             for k in SERIES

@@ -35,6 +35,8 @@ def test_cost_to_target_sums_rollouts_and_step_seconds_up_to_the_crossing():
     assert study.median_ci([None, None]) == "never"
     assert study.median_ci([300.0, 300.0, 300.0]) == "300 [300, 300]"
     assert study.median_ci([100.0, None, None]).startswith("never")  # two of three never got there
+    assert study.upper_median([20.0, 30.0]) == 30.0  # an even count takes a value the runs had, not 25
+    assert study.upper_median([10.0, 40.0, 20.0]) == 20.0
 
 
 def test_val_curve_counts_the_groups_dapo_generated_and_dropped():
