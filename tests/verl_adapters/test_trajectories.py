@@ -112,3 +112,30 @@ def test_terminal_returns_finished_groups_and_raises_on_a_failed_one(monkeypatch
     monkeypatch.setattr(T, "tq", FakeQueue({"a": "finished", "b": "failure"}, {}))
     with pytest.raises(T.LostRollouts, match="1 prompt groups"):
         T.terminal({"a", "b"}, T.listing({"a", "b"}))
+
+
+def test_poll_delay_is_a_bounded_share_of_the_wait():
+    assert T.poll_delay(0.0) == T.POLL_MIN_S  # a fresh wait polls finely
+    assert T.poll_delay(1.0) == pytest.approx(T.POLL_LATENESS * 1.0)  # at most that share late
+    assert T.poll_delay(1e4) == T.POLL_MAX_S  # a long GPU round does not list the partition often
+    delays = [T.poll_delay(t / 10) for t in range(100)]
+    assert delays == sorted(delays)
+
+
+def test_a_wait_notices_the_last_group_within_its_poll_delay(monkeypatch):
+    """On a simulated clock, a group finishing 0.5 s into the wait is seen within POLL_LATENESS of
+    that (a fixed 0.2 s period would see it at 0.6 s)."""
+    clock = SimpleNamespace(now=0.0, polls=0)
+
+    class LateQueue(FakeQueue):
+        def kv_list(self, partition):
+            clock.polls += 1
+            self.status = {"a": "finished" if clock.now >= 0.5 else "running"}
+            return super().kv_list(partition)
+
+    monkeypatch.setattr(T.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(T.time, "sleep", lambda s: setattr(clock, "now", clock.now + s))
+    monkeypatch.setattr(T, "tq", LateQueue({"a": "running"}, {}))
+    T.wait_terminal({"a"}, timeout_s=5)
+    assert 0.5 <= clock.now <= 0.5 * (1 + T.POLL_LATENESS)
+    assert clock.polls < 100  # and not a busy loop

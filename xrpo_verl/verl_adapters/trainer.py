@@ -189,7 +189,7 @@ class XrpoTrainer(PPOTrainerSync):
         icl = self._icl_log()
         pending = set(uids) | guided_uids  # groups with rollouts in flight
         back_s = [0.0] * (p.rounds + 1)  # when the last rollout of round r came back
-        t0 = deadline = time.monotonic()
+        t0 = progress = deadline = time.monotonic()  # progress: when a group last came back
         deadline += T.ROUND_TIMEOUT_S
         with marked_timer("xrpo_streaming", self.timing_raw):
             while pending:
@@ -199,8 +199,9 @@ class XrpoTrainer(PPOTrainerSync):
                 if not done:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{len(pending)} prompt groups did not finish (XRPO_ROUND_TIMEOUT_S)")
-                    time.sleep(T.POLL_INTERVAL_S)
+                    time.sleep(T.poll_delay(time.monotonic() - progress))
                     continue
+                progress = time.monotonic()
                 tic = time.perf_counter()
                 pending -= done
                 outcomes = ledger.outcomes(sorted(done & set(uids)), seen)

@@ -25,7 +25,11 @@ import transfer_queue as tq
 from xrpo_verl.rewards.result import is_success
 
 PARTITION = "train"
-POLL_INTERVAL_S = 0.2
+# A round's wait polls TransferQueue every `poll_delay(elapsed)`: finely at first, so that a short
+# CPU round is not rounded up to a fixed period (paid by every round, several a step, where GRPO
+# waits once), coarsely in long GPU rounds, where a poll lists the whole partition. A round is
+# seen done at most POLL_LATENESS of its length late.
+POLL_MIN_S, POLL_MAX_S, POLL_LATENESS = 0.02, 0.2, 0.05
 ROUND_TIMEOUT_S = float(os.environ.get("XRPO_ROUND_TIMEOUT_S", "3600"))
 TERMINAL = ("finished", "failure")
 
@@ -79,11 +83,17 @@ def terminal(uids: set[str], seen: Listing) -> set[str]:
     return {u for u in uids if seen.status.get(u) == "finished"}
 
 
+def poll_delay(elapsed_s: float) -> float:
+    """Seconds to sleep before the next poll of a wait that began `elapsed_s` ago."""
+    return min(POLL_MAX_S, max(POLL_MIN_S, POLL_LATENESS * elapsed_s))
+
+
 def wait_terminal(uids: set[str], timeout_s: float = ROUND_TIMEOUT_S, on_poll=None) -> Listing:
     """Block until every group of `uids` is finished or failed; raise on a failure or a timeout.
 
     `on_poll(seen)` is called with each snapshot (the trainer samples the rollouts in flight)."""
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
     while True:
         seen = listing(uids)
         if on_poll is not None:
@@ -97,7 +107,7 @@ def wait_terminal(uids: set[str], timeout_s: float = ROUND_TIMEOUT_S, on_poll=No
                 f"{len(waiting)} prompt groups (e.g. {waiting[:3]}) did not finish within {timeout_s:.0f}s "
                 "(XRPO_ROUND_TIMEOUT_S); an agent loop is stuck"
             )
-        time.sleep(POLL_INTERVAL_S)
+        time.sleep(poll_delay(time.monotonic() - start))
 
 
 @dataclass(frozen=True)
