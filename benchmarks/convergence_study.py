@@ -68,16 +68,39 @@ def read_metrics(path: Path) -> dict[int, dict]:
     return out
 
 
-def val_curve(metrics: dict[int, dict], prompts: int, n: int) -> list[tuple[int, int, float, float | None]]:
-    """(step, rollouts generated up to it, mean@k, pass@k) at each validation (step 0 = before training).
-
-    Every rollout generated counts: DAPO's dropped groups as well as the trained ones."""
-    rollouts, spent, curve = {0: 0}, 0, []
+def rollouts_by_step(metrics: dict[int, dict], prompts: int, n: int) -> dict[int, int]:
+    """Rollouts generated up to and including each logged step (0 before training); DAPO's dropped
+    groups count as generated."""
+    rollouts, spent = {0: 0}, 0
     for step in sorted(metrics):
         if "critic/score/mean" in metrics[step]:
             dropped = sum(metrics[step].get(key, 0) for key in DAPO_DROPPED)
             spent += round(prompts * metrics[step].get(ROLLOUTS_MEAN, n) + n * dropped)
         rollouts[step] = spent
+    return rollouts
+
+
+def checkpoint_curve(
+    metrics: dict[int, dict], points: dict[int, dict], prompts: int, n: int, k: int
+) -> list[tuple[int, int, float, float]]:
+    """The validation curve from checkpoints measured after the run (`points`: step -> measure()'s
+    dict, step 0 = before training): (step, rollouts generated up to it, mean@k, pass@k), pass@k
+    being the share of problems any of the k samples solved."""
+    rollouts = rollouts_by_step(metrics, prompts, n)
+    curve = []
+    for step in sorted(points):
+        per_problem = points[step][f"mean@{k}"]["per_problem"]
+        solved = float(np.mean([p > 0 for p in per_problem]))
+        curve.append((step, rollouts[step], points[step][f"mean@{k}"]["mean"], solved))
+    return curve
+
+
+def val_curve(metrics: dict[int, dict], prompts: int, n: int) -> list[tuple[int, int, float, float | None]]:
+    """(step, rollouts generated up to it, mean@k, pass@k) at each validation (step 0 = before training).
+
+    Every rollout generated counts: DAPO's dropped groups as well as the trained ones."""
+    rollouts, curve = rollouts_by_step(metrics, prompts, n), []
+    spent = max(rollouts.values())
     for step in sorted(metrics):
         data = metrics[step]
         acc = next((v for k, v in data.items() if VAL_ACC.match(k)), None)
@@ -163,13 +186,25 @@ def run_one(method: str, seed: int, args) -> Path:
 
         shutil.rmtree(out)  # an interrupted run starts again: the file logger appends
     setting = replace(base_setting(args.setting), steps=args.steps, lr=args.lr, val_samples=args.k)
-    run, task_extra = task_run(setting, out, args.steps, method)
-    extra = [*learning.validation_overrides(setting, args.val_every), f"data.seed={seed}", *task_extra]
+    every = args.eval_every
+    run, task_extra = task_run(setting, out, every or args.steps, method)
+    # verl's validation runs on the trainer's rollout path; measuring the checkpoints afterwards in
+    # batched generate is several times faster, so the curve can afford the larger set
+    validation = ["trainer.val_before_train=False"] if every else learning.validation_overrides(setting, args.val_every)
+    extra = [*validation, f"data.seed={seed}", *task_extra]
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
     if result.returncode != 0:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
-    after = measure(run.ckpt_dir / f"global_step_{args.steps}" / "actor", setting, seed)
+    final = run.ckpt_dir / f"global_step_{args.steps}" / "actor"
+    after = measure(final, setting, seed, breadth_k=args.breadth_k)
     record = {"method": method, "seed": seed, "after": after, **compact(read_metrics(run.metrics_path), setting)}
+    if every:
+        before = json.loads((Path(args.out) / "before.json").read_text())
+        points = {0: before, args.steps: after}
+        for step in range(every, args.steps, every):
+            points[step] = measure(run.ckpt_dir / f"global_step_{step}" / "actor", setting, seed, greedy=False)
+        curve = checkpoint_curve(read_metrics(run.metrics_path), points, setting.prompts_per_step, setting.n, args.k)
+        record.update(curve=curve, eval_every=every)
     (out / "done.json").write_text(json.dumps(record))
     import shutil
 
@@ -196,9 +231,10 @@ def load_record(run_dir: Path) -> dict:
     return record
 
 
-def measure(checkpoint: Path | None, setting, seed: int) -> dict:
+def measure(checkpoint: Path | None, setting, seed: int, greedy: bool = True, breadth_k: int = 0) -> dict:
     """Greedy and mean@k on the measurement set (`n_eval` problems; code: the held-out problems,
-    judged in the sandbox, and pass@k) with standard errors over problems."""
+    judged in the sandbox, and pass@k) with standard errors over problems; with `breadth_k`, also
+    `learning.heldout_breadth` of that many samples (pass@breadth_k, Self-BLEU, LogDet, styles)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -214,9 +250,19 @@ def measure(checkpoint: Path | None, setting, seed: int) -> dict:
         found = code_rl.heldout_accuracy(model, tokenizer, heldout, k, max_new, setting.backend, seed)
     else:
         heldout = learning.heldout_problems(setting, setting.n_eval)
-        found = learning.heldout_accuracy(model, tokenizer, heldout, k, max_new, seed)
+        found = learning.heldout_accuracy(model, tokenizer, heldout, k, max_new, seed, greedy=greedy)
+        if breadth_k:
+            from xrpo_verl.embeddings import get_embedder
+
+            embed = get_embedder().encode
+            more = learning.heldout_breadth(model, tokenizer, heldout, breadth_k, max_new, seed, embed)
+            found.update({key: v for key, v in more.items() if key not in found})  # mean@k stays greedy's run's
     return {
-        k: {"mean": v.mean, "se": v.se, "never": v.never, "always": v.always, "per_problem": list(v.per_problem)}
+        k: {
+            "mean": v.mean,
+            "se": v.se if np.isfinite(v.se) else None,
+            **({"never": v.never, "always": v.always, "per_problem": list(v.per_problem)} if v.per_problem else {}),
+        }
         for k, v in found.items()
     }
 
@@ -231,7 +277,7 @@ def summarize(args) -> dict:
         curves = [r["curve"] for r in records]
         reach = [steps_to_target(c, args.target) for c in curves]
         costs = [cost_to_target(r["curve"], r["series"].get("timing_s/step", []), args.target) for r in records]
-        never = args.steps + args.val_every  # censored: beyond the last validation
+        never = args.steps + (args.eval_every or args.val_every)  # censored: beyond the last validation
         median, low, high = bootstrap([never if r is None else r for r in reach], upper_median)
         series = {
             k: [float(np.nanmean([v for v in r["series"][k] if v is not None])) for r in records]
@@ -327,7 +373,7 @@ def report(summary: dict, before: dict | None, args) -> str:
         after_k = [a[k]["mean"] for a in s["after"]]
         after_g = [a["greedy"]["mean"] for a in s["after"]]
         sd = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else float("nan")  # noqa: E731
-        change = f" (+{np.mean(after_k) - before[k]['mean']:.3f})" if before else ""
+        change = f" ({np.mean(after_k) - before[k]['mean']:+.3f})" if before else ""
         med, low, high = s["steps_to_target_median_ci95"]
         cell = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}] ({d[3]} seeds)" if d else "—"  # noqa: E731
         reached = "never" if med > args.steps else f"{med:g} [{low:g}, {high:g}]"
@@ -345,9 +391,11 @@ def _in_se(change: float, se: float) -> str:
     return f"{change / se:+.1f} SE" if se > 0 else "SE 0"
 
 
-def seeds_report(summary: dict, before: dict) -> str:
-    """Per run: the change on the measurement set, paired per problem, with its SE."""
+def seeds_report(summary: dict, before: dict, k: int) -> str:
+    """Per run: the change of greedy and mean@k on the measurement set, paired per problem, with its SE."""
     from xrpo_verl.local import learning
+
+    before = {key: before[key] for key in ("greedy", f"mean@{k}") if key in before}
 
     base = dict(zip(summary["grpo"]["seeds"], summary["grpo"]["after_per_problem"])) if "grpo" in summary else {}
     lines = ["| method | seed | " + " | ".join(f"{k}: before → after, change (SE)" for k in before)]
@@ -371,6 +419,44 @@ def seeds_report(summary: dict, before: dict) -> str:
                 moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
                 cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({_in_se(change, se)})")
             lines.append(f"| {method} | {seed} | " + " | ".join(cells + versus_grpo) + " |")
+    return "\n".join(lines)
+
+
+BREADTH = (  # after training, `learning.breadth` of --breadth-k samples: (key, column, format)
+    ("pass@{k}", "pass@{k}", "{:.3f}"),
+    ("mean@{k}", "mean@{k}", "{:.3f}"),
+    ("self_bleu", "Self-BLEU (lower: more diverse)", "{:.3f}"),
+    ("logdet", "LogDet (higher: more diverse)", "{:.1f}"),
+    ("both_styles", "problems solved in both styles", "{:.3f}"),
+    ("style_entropy", "style entropy of correct samples (bits)", "{:.3f}"),
+)
+
+
+def breadth_report(summary: dict, before: dict | None, k: int) -> str:
+    """After training: what --breadth-k samples cover, per method the mean over seeds and the
+    difference from GRPO's on the same seed [95% bootstrap]; before training on the first row."""
+    keys = [(key.format(k=k), col.format(k=k), fmt) for key, col, fmt in BREADTH]
+    keys = [c for c in keys if any(c[0] in a for s in summary.values() for a in s["after"])]
+    if not keys:
+        return ""
+    lines = ["| method | seeds | " + " | ".join(c for _, c, _ in keys) + " |", "|---|---|" + "---|" * len(keys)]
+    if before:
+        lines.append(
+            "| before | — | "
+            + " | ".join(f.format(before[key]["mean"]) if key in before else "—" for key, _, f in keys)
+            + " |"
+        )
+    for method, s in summary.items():
+        cells = []
+        for key, _, fmt in keys:
+            values = [a[key]["mean"] for a in s["after"] if key in a]
+            if len(values) < len(s["after"]):
+                cells.append("—")
+                continue
+            diff = versus(summary, "grpo", key).get(method)
+            vs = f" ({diff[0]:+.3f} [{diff[1]:+.3f}, {diff[2]:+.3f}])" if diff else ""
+            cells.append(fmt.format(float(np.mean(values))) + vs)
+        lines.append(f"| {method} | {len(s['after'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -442,7 +528,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="default: the setting's")
     p.add_argument("--k", type=int, default=None, help="validation samples per problem (default: the setting's)")
     p.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the setting's)")
-    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument("--val-every", type=int, default=10, help="verl's validation on the held-out set every N steps")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="instead: save every N steps and measure each checkpoint's mean@k on the measurement set (n_eval)",
+    )
+    p.add_argument(
+        "--breadth-k", type=int, default=0, help="after training, also pass@K, Self-BLEU, LogDet of K samples"
+    )
     p.add_argument("--target", type=float, default=0.45, help="held-out mean@k that counts as converged")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--out", default="outputs/convergence")
@@ -459,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         setting = replace(base_setting(args.setting), val_samples=args.k)
         check_model(out, setting)
         if not before_path.exists():
-            before_path.write_text(json.dumps(measure(None, setting, seed=0)))
+            before_path.write_text(json.dumps(measure(None, setting, seed=0, breadth_k=args.breadth_k)))
         for seed in args.seeds:
             for method in args.methods:
                 run_one(method, seed, args)
@@ -474,13 +569,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     plot(summary, args, out / "convergence.png")
     if before:
-        print("before: " + "  ".join(f"{k} {v['mean']:.3f}±{v['se']:.3f}" for k, v in before.items()))
+        se = lambda v: "" if v["se"] is None else f"±{v['se']:.3f}"  # noqa: E731  (a run-level figure has none)
+        print("before: " + "  ".join(f"{k} {v['mean']:.3f}{se(v)}" for k, v in before.items()))
     print(report(summary, before, args))
     from xrpo_verl.local.launch import recipe_parts
 
     print(parts_report(summary, {method: recipe_parts(method) for method in summary}))
     if before:
-        print(seeds_report(summary, before))
+        print(seeds_report(summary, before, args.k))
+    if args.breadth_k:
+        print(breadth_report(summary, before, args.breadth_k))
     return 0
 
 

@@ -130,3 +130,14 @@ def test_family_split_pairs_changes_within_each_kind():
     assert (q, before, after, change) == (2, 0.75, 0.625, -0.125)
     assert se == pytest.approx(0.125)  # differences (0, -0.25): sd 0.177, / sqrt(2)
     assert parts["unknown"][:4] == (2, 0.125, 0.375, 0.25)
+
+
+def test_checkpoint_curve_takes_pass_at_k_from_problems_any_sample_solved():
+    metrics = {s: {"critic/score/mean": 0.4, study.ROLLOUTS_MEAN: 8.0} for s in range(1, 5)}
+    points = {
+        0: {"mean@4": {"mean": 0.25, "per_problem": [0.0, 0.5, 0.0, 0.5]}},
+        2: {"mean@4": {"mean": 0.5, "per_problem": [0.25, 0.75, 0.0, 1.0]}},
+        4: {"mean@4": {"mean": 0.75, "per_problem": [1.0, 1.0, 0.0, 1.0]}},
+    }
+    curve = study.checkpoint_curve(metrics, points, prompts=8, n=8, k=4)
+    assert curve == [(0, 0, 0.25, 0.5), (2, 128, 0.5, 0.75), (4, 256, 0.75, 0.75)]

@@ -1,5 +1,6 @@
 """Column addition with a scratchpad: hand-checked solutions, disjoint held-out set, scoring."""
 
+import numpy as np
 import pytest
 
 from xrpo_verl.local import addition, arith, learning, tiny_model
@@ -88,3 +89,20 @@ def test_family_offsets_enter_the_ones_column_and_the_answer():
     assert {q.family for q in known} == set(addition.FAMILY_NAMES[:2])
     with pytest.raises(ValueError, match="known_families"):
         addition.AdditionConfig(families=2, known_families=3)
+
+
+def test_breadth_counts_problems_solved_styles_and_sameness_by_hand():
+    a, b = addition.Sum(3, 4), addition.Sum(12, 30)
+    cols, words = addition.solution_text(a, "columns"), addition.solution_text(a, "words")
+    wrong = "3+4=8\n\\boxed{8}"
+    unsure = "I cannot add these two numbers today"  # long enough to hold 4-grams
+    texts = [[cols, words, wrong], [unsure, unsure, unsure]]
+    found = learning.breadth([a, b], texts, k=3, embed=lambda ts: np.eye(3)[: len(ts)] + 0.0)
+    assert found["pass@3"].mean == 0.5  # a solved, b not
+    assert found["both_styles"].mean == 0.5  # a's correct samples use both styles
+    assert found["style_entropy"].mean == pytest.approx(1.0)  # one correct sample in each style
+    # b's three texts are one text: Self-BLEU 1; a's share no 4-gram, only the smoothed floor
+    assert found["self_bleu"].per_problem[1] == pytest.approx(1.0) and found["self_bleu"].per_problem[0] < 0.5
+    assert found["logdet"].mean == pytest.approx(3 * np.log1p(1e-6))  # orthogonal rows: the maximum
+    with pytest.raises(ValueError, match="exactly k = 3"):
+        learning.breadth([a], [[cols, words]], k=3)

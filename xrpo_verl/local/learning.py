@@ -160,43 +160,110 @@ def load_actor(model_dir: str | Path, checkpoint: str | Path | None = None):
     return model.eval()
 
 
-def heldout_accuracy(
-    model, tokenizer, problems, k: int, max_new_tokens: int, seed: int = 0, chunk: int = 100
-) -> dict[str, Accuracy]:
-    """`{"greedy": ..., "mean@k": ...}` on `problems`: greedy answers, and k samples at T=1 per problem."""
+def _sample(model, tokenizer, problems, config, reps: int, chunk: int) -> list[list[str]]:
+    """`reps` responses per problem under `config`, in batches of `chunk` problems."""
     import torch
-    from transformers import GenerationConfig
 
-    from xrpo_verl.local.arith import compute_score
+    texts: list[list[str]] = []
+    for at in range(0, len(problems), chunk):  # padded batches past ~100 cost more than they share
+        part = problems[at : at + chunk]
+        enc = tokenizer(
+            [tiny_model.chat_prompt(p.question) for p in part],
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
+        )
+        width, found = enc["input_ids"].shape[1], [[] for _ in part]
+        for _ in range(reps):
+            with torch.no_grad():
+                ids = model.generate(**enc, generation_config=config)
+            for i, text in enumerate(tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)):
+                found[i].append(text)
+        texts += found
+    return texts
+
+
+def _generation_configs(tokenizer, max_new_tokens: int):
+    from transformers import GenerationConfig
 
     common = dict(
         max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
+    return GenerationConfig(do_sample=False, **common), GenerationConfig(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **common
+    )
+
+
+def _solved(problem, text: str) -> float:
+    from xrpo_verl.local.arith import compute_score
+
+    return compute_score(addition.DATA_SOURCE, text, str(problem.answer))["score"]
+
+
+def heldout_accuracy(
+    model, tokenizer, problems, k: int, max_new_tokens: int, seed: int = 0, chunk: int = 100, greedy: bool = True
+) -> dict[str, Accuracy]:
+    """`{"greedy": ..., "mean@k": ...}` on `problems`: greedy answers (unless `greedy` is False), and
+    k samples at T=1 per problem. Greedy draws no random numbers, so mean@k is the same either way."""
+    import torch
+
+    greedy_config, sampled_config = _generation_configs(tokenizer, max_new_tokens)
     out = {}
     torch.manual_seed(seed)
-    for name, config, reps in (
-        ("greedy", GenerationConfig(do_sample=False, **common), 1),
-        (f"mean@{k}", GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **common), k),
-    ):
-        passed = []
-        for at in range(0, len(problems), chunk):  # padded batches past ~100 cost more than they share
-            part = problems[at : at + chunk]
-            enc = tokenizer(
-                [tiny_model.chat_prompt(p.question) for p in part],
-                return_tensors="pt",
-                padding=True,
-                add_special_tokens=False,
-            )
-            width, scores = enc["input_ids"].shape[1], [0.0] * len(part)
-            for _ in range(reps):
-                with torch.no_grad():
-                    ids = model.generate(**enc, generation_config=config)
-                texts = tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)
-                for i, (p, text) in enumerate(zip(part, texts, strict=True)):
-                    scores[i] += compute_score(addition.DATA_SOURCE, text, str(p.answer))["score"] / reps
-            passed += scores
-        out[name] = accuracy(passed)
+    for name, config, reps in (("greedy", greedy_config, 1), (f"mean@{k}", sampled_config, k)):
+        if name == "greedy" and not greedy:
+            continue
+        texts = _sample(model, tokenizer, problems, config, reps, chunk)
+        out[name] = accuracy([sum(_solved(p, t) for t in ts) / reps for p, ts in zip(problems, texts, strict=True)])
     return out
+
+
+def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dict[str, Accuracy]:
+    """What k samples per problem cover, beyond their mean: pass@k (a problem solved by any of its k
+    samples), Self-BLEU of the k texts (lower = more diverse) and, with `embed(texts) -> (k, d)`,
+    their LogDet (higher = more diverse); and how the correct samples split between the solution
+    styles (`addition.style_of`): the share of problems whose correct samples use both styles, and
+    the entropy of the styles' shares of correct samples (bits; 1 = two styles equally; its SE is
+    over problems' shares, taken as independent). Each an `Accuracy`: a mean over problems and its SE."""
+    import math
+
+    from xrpo_verl.metrics import logdet_diversity, self_bleu
+
+    if any(len(ts) != k for ts in texts):
+        raise ValueError(f"breadth needs exactly k = {k} texts per problem")
+    solved, bleus, logdets, both, style_counts = [], [], [], [], []
+    for problem, ts in zip(problems, texts, strict=True):
+        correct = [t for t in ts if _solved(problem, t) >= 1.0]
+        solved.append(float(bool(correct)))
+        bleus.append(self_bleu(list(ts)))
+        if embed is not None:
+            logdets.append(logdet_diversity(embed(list(ts))))
+        styles = [addition.style_of(t) for t in correct]
+        both.append(float(len({s for s in styles if s is not None}) >= 2))
+        style_counts.append(styles)
+    counts = [sum(s == name for ss in style_counts for s in ss) for name in addition.STYLES]
+    shares = [c / sum(counts) for c in counts if c] if sum(counts) else []
+    entropy = 0.0 - sum(p * math.log2(p) for p in shares)
+    out = {
+        f"pass@{k}": accuracy(solved),
+        "self_bleu": accuracy(bleus),
+        "both_styles": accuracy(both),
+        "style_entropy": Accuracy(entropy, float("nan"), ()),
+    }
+    if logdets:
+        out["logdet"] = accuracy(logdets)
+    return out
+
+
+def heldout_breadth(model, tokenizer, problems, k: int, max_new_tokens: int, seed: int = 0, embed=None, chunk=100):
+    """`breadth` of k samples at T=1 per problem, and their mean (mean@k)."""
+    import torch
+
+    _, sampled_config = _generation_configs(tokenizer, max_new_tokens)
+    torch.manual_seed(seed)
+    texts = _sample(model, tokenizer, problems, sampled_config, k, chunk)
+    mean = accuracy([sum(_solved(p, t) for t in ts) / k for p, ts in zip(problems, texts, strict=True)])
+    return {f"mean@{k}": mean, **breadth(problems, texts, k, embed)}
 
 
 def main(argv: list[str] | None = None) -> int:
