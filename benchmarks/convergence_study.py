@@ -163,6 +163,12 @@ def base_setting(name: str):
     return {"testbed": testbed.SETTING, "code": code_rl.CodeSetting()}.get(name) or learning.LearningSetting()
 
 
+def study_setting(args):
+    """The setting with the study's validation samples and, where given, its measurement set's size."""
+    setting = replace(base_setting(args.setting), val_samples=args.k)
+    return setting if args.n_eval is None else replace(setting, n_eval=args.n_eval)
+
+
 def task_run(setting, out: Path, steps: int, method: str) -> tuple:
     """The setting's `CpuRun` under `out` and the task's own overrides of `method`'s recipe."""
     from xrpo_verl.local import code_rl, learning
@@ -185,7 +191,7 @@ def run_one(method: str, seed: int, args) -> Path:
         import shutil
 
         shutil.rmtree(out)  # an interrupted run starts again: the file logger appends
-    setting = replace(base_setting(args.setting), steps=args.steps, lr=args.lr, val_samples=args.k)
+    setting = replace(study_setting(args), steps=args.steps, lr=args.lr)
     every = args.eval_every
     run, task_extra = task_run(setting, out, every or args.steps, method)
     # verl's validation runs on the trainer's rollout path; measuring the checkpoints afterwards in
@@ -538,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--breadth-k", type=int, default=0, help="after training, also pass@K, Self-BLEU, LogDet of K samples"
     )
+    p.add_argument("--n-eval", type=int, default=None, help="problems of the measurement set (default: the setting's)")
     p.add_argument("--target", type=float, default=0.45, help="held-out mean@k that counts as converged")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     p.add_argument("--out", default="outputs/convergence")
@@ -551,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     before_path = out / "before.json"
     if not args.report_only:
-        setting = replace(base_setting(args.setting), val_samples=args.k)
+        setting = study_setting(args)
         check_model(out, setting)
         if not before_path.exists():
             before_path.write_text(json.dumps(measure(None, setting, seed=0, breadth_k=args.breadth_k)))
