@@ -22,7 +22,7 @@ import torch
 from xrpo_verl import advantages as A
 from xrpo_verl import planner as P
 from xrpo_verl.config import PlannerConfig
-from xrpo_verl.icl import ICLCorpus
+from xrpo_verl.icl import ICLCorpus, ICLExample
 from xrpo_verl.novelty import NoveltyMemory
 from xrpo_verl.prefix import PrefixMemory, prefix_mean_entropies, step_boundaries
 
@@ -183,12 +183,36 @@ def test_bench_icl_retrieval(benchmark):
     """Top-2 retrieval for 64 all-fail prompts from a 17k-prompt corpus (DAPO-Math-17k scale)."""
     n = int(os.environ.get("XRPO_BENCH_CORPUS", 17_000))
     corpus = ICLCorpus(_Precomputed(n + 10_000))
-    for i in range(n):
-        corpus.add(f"p{i}", f"prompt {i}", f"solution {i}", step=0, num_tokens=10)
+    corpus.add_many([ICLExample(f"p{i}", f"prompt {i}", f"solution {i}", 0, 10) for i in range(n)])
     ids = [f"p{i}" for i in range(64)]
     texts = [f"prompt {i}" for i in range(64)]
     benchmark.pedantic(lambda: corpus.retrieve_many(ids, texts, k=2), rounds=5, warmup_rounds=1)
     _ratio(benchmark)
+
+
+def test_bench_icl_corpus_admission(benchmark):
+    """A step's successes of prompts new to the corpus (XRPO_BENCH_NEW_PROMPTS, default 16) admitted
+    with one MiniLM call (`add_many`), against one `add` (one encode) each, timed in the same test."""
+    from xrpo_verl.embeddings import get_embedder
+
+    n = int(os.environ.get("XRPO_BENCH_NEW_PROMPTS", 16))
+    emb = get_embedder(device="cpu", batch_size=32)
+    found = [ICLExample(f"p{i}", f"What is {137 * i} + {59 * i}? Think step by step.", "s", 1, 20) for i in range(n)]
+    emb.encode([found[0].prompt_text])  # load the model outside the timings
+
+    def one_by_one():
+        corpus = ICLCorpus(emb)
+        for ex in found:
+            corpus.add(ex.prompt_id, ex.prompt_text, ex.response_text, step=ex.step, num_tokens=ex.num_tokens)
+
+    one_by_one()
+    tic = time.perf_counter()
+    for _ in range(3):
+        one_by_one()
+    base = (time.perf_counter() - tic) / 3
+    benchmark.pedantic(lambda: ICLCorpus(emb).add_many(found), rounds=3, warmup_rounds=1)
+    benchmark.extra_info["one_by_one_s"] = round(base, 4)
+    benchmark.extra_info["ratio_vs_one_by_one"] = round(benchmark.stats.stats.mean / base, 3)
 
 
 _FAISS_SIZES = [1_000, 10_000, 100_000]

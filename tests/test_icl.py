@@ -243,3 +243,28 @@ def test_icl_decision_says_why_a_prompt_stays_zero_shot():
     assert (none.reason, none.text, none.examples) == ("no_examples", "", 0)
     tight = icl_decision(c, cfg, prompt_id="q1", prompt_text="apple pear", count_tokens=count, max_prompt_tokens=3)
     assert (tight.reason, tight.text) == ("no_fit", "")
+
+
+def test_add_many_encodes_new_prompts_in_one_call_and_keeps_what_add_would():
+    one_by_one = _corpus(per_prompt=2, keep="shortest")
+    one_by_one.add("q1", "apple pear", "sol1b", step=2, num_tokens=0)
+    batched = ICLCorpus(BagOfWords(), per_prompt=2, keep="shortest")
+    kept = batched.add_many(
+        [
+            ICLExample("q1", "apple pear", "sol1", 1, 1),
+            ICLExample("q2", "apple plum", "sol2", 1, 1),
+            ICLExample("q3", "train car", "sol3", 1, 1),
+            ICLExample("q1", "apple pear", "sol1b", 2, 0),  # a second success of a prompt new in this call
+        ]
+    )
+    assert kept == [True, True, True, True]
+    assert batched.embedder.calls == 1 and one_by_one.embedder.calls == 3
+    assert len(batched) == 3
+    for q in ("q1", "q2", "q3"):
+        assert batched.examples(q) == one_by_one.examples(q)
+    assert batched.add_many([ICLExample("q2", "apple plum", "sol2c", 3, 5)]) == [True]
+    assert batched.embedder.calls == 1  # a known prompt is not encoded again
+    assert [e.prompt_id for e in batched.retrieve("q1", "apple pear", k=2)] == ["q2", "q3"]
+    with pytest.raises(ValueError, match="num_tokens"):
+        batched.add_many([ICLExample("q4", "boat", "s", 1, -1)])
+    assert len(batched) == 3  # a bad success admits nothing of its call

@@ -11,7 +11,7 @@ doubled since its last training (trained on the first few prompts, its lists wou
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -41,6 +41,13 @@ class ICLExample:
     step: int  # training step it was produced at
     num_tokens: int  # response length in tokens
     similarity: float = float("nan")  # cosine to the query, set by retrieve()
+
+
+def _check_example(prompt_id: str, num_tokens: int) -> None:
+    if not prompt_id or not isinstance(prompt_id, str):
+        raise ValueError(f"prompt_id must be a non-empty str, got {prompt_id!r}")
+    if int(num_tokens) != num_tokens or num_tokens < 0:
+        raise ValueError(f"num_tokens = {num_tokens!r} must be an integer >= 0")
 
 
 class ICLCorpus:
@@ -104,27 +111,40 @@ class ICLCorpus:
         """
         if split != "train":
             raise ValueError(f"split = {split!r}: only training prompts may enter the ICL corpus (eval leakage)")
-        if not prompt_id or not isinstance(prompt_id, str):
-            raise ValueError(f"prompt_id must be a non-empty str, got {prompt_id!r}")
-        if int(num_tokens) != num_tokens or num_tokens < 0:
-            raise ValueError(f"num_tokens = {num_tokens!r} must be an integer >= 0")
         if not verified:
+            _check_example(prompt_id, num_tokens)
             return False
-        ex = ICLExample(prompt_id, prompt_text, response_text, int(step), int(num_tokens))
-        kept = self._examples.get(prompt_id, [])
-        if any(e.response_text == response_text for e in kept):
-            return True  # deduplicated
-        if prompt_id not in self._row:
-            z = self._encode([prompt_text])
+        return self.add_many([ICLExample(prompt_id, prompt_text, response_text, step, num_tokens)])[0]
+
+    def add_many(self, successes: Sequence[ICLExample]) -> list[bool]:
+        """Batched `add` of verified successes of training prompts, in order: the prompts new to the
+        corpus are encoded in one call (a call per prompt costs the encoder's fixed overhead each)."""
+        for ex in successes:
+            _check_example(ex.prompt_id, ex.num_tokens)
+        successes = [replace(ex, step=int(ex.step), num_tokens=int(ex.num_tokens)) for ex in successes]
+        new: dict[str, str] = {}
+        for ex in successes:
+            if ex.prompt_id not in self._row:
+                new.setdefault(ex.prompt_id, ex.prompt_text)
+        if new:
+            z = self._encode(list(new.values()))
             self._emb = z if self._emb.size == 0 else np.concatenate([self._emb, z])
-            self._row[prompt_id] = len(self._ids)
-            self._ids.append(prompt_id)
+            for pid in new:
+                self._row[pid] = len(self._ids)
+                self._ids.append(pid)
+        return [self._keep(ex) for ex in successes]
+
+    def _keep(self, ex: ICLExample) -> bool:
+        """Rank `ex` among its prompt's kept successes; whether it is kept."""
+        kept = self._examples.get(ex.prompt_id, [])
+        if any(e.response_text == ex.response_text for e in kept):
+            return True  # deduplicated
         if self.keep == "recent":  # latest first; on equal step the later insertion wins
             ranked = sorted([ex] + kept, key=lambda e: -e.step)
         else:  # shortest first; on equal length the earlier one stays
             ranked = sorted(kept + [ex], key=lambda e: e.num_tokens)
-        self._examples[prompt_id] = ranked[: self.per_prompt]
-        return ex in self._examples[prompt_id]
+        self._examples[ex.prompt_id] = ranked[: self.per_prompt]
+        return ex in self._examples[ex.prompt_id]
 
     def retrieve(
         self,

@@ -406,21 +406,18 @@ class XrpoTrainer(PPOTrainerSync):
     def _update_memories(self, view: BatchView, metrics: dict) -> None:
         s = self.xrpo_settings
         if s.use_icl:
-            added, seen = 0, set()
+            successes: dict[str, icl_lib.ICLExample] = {}
             for i in np.flatnonzero((view.correct & view.not_guided).numpy()):
-                if view.keys[i] in seen:  # one success per prompt per step; the corpus keeps per_prompt of them
+                if view.keys[i] in successes:  # one success per prompt per step; the corpus keeps per_prompt
                     continue
-                seen.add(view.keys[i])
                 response = view.responses[i]
-                self.xrpo_state.corpus.add(
-                    view.keys[i],
-                    R.user_text(view.raw_prompts[i]),
-                    self._decode(response.tolist()),
-                    step=self.global_steps,
-                    num_tokens=int(response.numel()),
+                text = self._decode(response.tolist())
+                prompt = R.user_text(view.raw_prompts[i])
+                successes[view.keys[i]] = icl_lib.ICLExample(
+                    view.keys[i], prompt, text, self.global_steps, int(response.numel())
                 )
-                added += 1
-            metrics["xrpo/icl/corpus_added"] = float(added)
+            self.xrpo_state.corpus.add_many(list(successes.values()))  # new prompts encoded in one call
+            metrics["xrpo/icl/corpus_added"] = float(len(successes))
             metrics["xrpo/icl/corpus_size"] = float(len(self.xrpo_state.corpus))
         metrics.update(M.prefix_mask_metrics(view))
         result = PrefixQueueResult()  # switched off or warming up: exactly zero
