@@ -471,6 +471,7 @@ PART_COLUMNS = (
     ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}", "planner"),
     ("ICL prompts", ("xrpo/icl/triggers",), "{:.2f}", "icl"),
     ("ICL flips", ("xrpo/icl/flips",), "{:.3f}", "icl"),
+    ("zero-shot flips beside them", ("xrpo/icl/zero_shot_flips",), "{:.3f}", "icl"),
     ("sharpening share of advantage", ("xrpo/sharpening/bonus_share",), "{:.4f}", "sharpening"),
     ("novelty share of advantage", ("xrpo/novelty/bonus_share",), "{:.4f}", "novelty"),
     ("guided prompts", ("xrpo/guided/injected",), "{:.2f}", "prefix"),
