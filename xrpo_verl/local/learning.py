@@ -223,8 +223,8 @@ def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dic
     samples), Self-BLEU of the k texts (lower = more diverse) and, with `embed(texts) -> (k, d)`,
     their LogDet (higher = more diverse); and how the correct samples split between the solution
     styles (`addition.style_of`): the share of problems whose correct samples use both styles, and
-    the entropy of the styles' shares of correct samples (bits; 1 = two styles equally; its SE is
-    over problems' shares, taken as independent). Each an `Accuracy`: a mean over problems and its SE."""
+    the entropy of the styles' shares of all correct samples (bits; 1 = two styles equally). Each an
+    `Accuracy`, a mean over problems and its SE; the entropy is one figure of the run (SE NaN)."""
     import math
 
     from xrpo_verl.metrics import logdet_diversity, self_bleu
