@@ -203,13 +203,14 @@ def run_one(method: str, seed: int, args) -> Path:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
     final = run.ckpt_dir / f"global_step_{args.steps}" / "actor"
     after = measure(final, setting, seed, breadth_k=args.breadth_k)
-    record = {"method": method, "seed": seed, "after": after, **compact(read_metrics(run.metrics_path), setting)}
+    metrics = read_metrics(run.metrics_path)
+    record = {"method": method, "seed": seed, "after": after, **compact(metrics, setting)}
     if every:
         before = json.loads((Path(args.out) / "before.json").read_text())
         points = {0: before, args.steps: after}
         for step in range(every, args.steps, every):
             points[step] = measure(run.ckpt_dir / f"global_step_{step}" / "actor", setting, seed, greedy=False)
-        curve = checkpoint_curve(read_metrics(run.metrics_path), points, setting.prompts_per_step, setting.n, args.k)
+        curve = checkpoint_curve(metrics, points, setting.prompts_per_step, setting.n, args.k)
         record.update(curve=curve, eval_every=every)
     (out / "done.json").write_text(json.dumps(record))
     import shutil

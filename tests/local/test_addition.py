@@ -99,6 +99,7 @@ def test_breadth_counts_problems_solved_styles_and_sameness_by_hand():
     texts = [[cols, words, wrong], [unsure, unsure, unsure]]
     found = learning.breadth([a, b], texts, k=3, embed=lambda ts: np.eye(3)[: len(ts)] + 0.0)
     assert found["pass@3"].mean == 0.5  # a solved, b not
+    assert found["mean@3"].per_problem == pytest.approx((2 / 3, 0.0))  # two of a's three samples are right
     assert found["both_styles"].mean == 0.5  # a's correct samples use both styles
     assert found["style_entropy"].mean == pytest.approx(1.0)  # one correct sample in each style
     # b's three texts are one text: Self-BLEU 1; a's share no 4-gram, only the smoothed floor

@@ -219,7 +219,7 @@ def heldout_accuracy(
 
 
 def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dict[str, Accuracy]:
-    """What k samples per problem cover, beyond their mean: pass@k (a problem solved by any of its k
+    """What k samples per problem cover: mean@k, pass@k (a problem solved by any of its k
     samples), Self-BLEU of the k texts (lower = more diverse) and, with `embed(texts) -> (k, d)`,
     their LogDet (higher = more diverse); and how the correct samples split between the solution
     styles (`addition.style_of`): the share of problems whose correct samples use both styles, and
@@ -231,9 +231,10 @@ def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dic
 
     if any(len(ts) != k for ts in texts):
         raise ValueError(f"breadth needs exactly k = {k} texts per problem")
-    solved, bleus, logdets, both, style_counts = [], [], [], [], []
+    rates, solved, bleus, logdets, both, style_counts = [], [], [], [], [], []
     for problem, ts in zip(problems, texts, strict=True):
         correct = [t for t in ts if _solved(problem, t) >= 1.0]
+        rates.append(len(correct) / k)
         solved.append(float(bool(correct)))
         bleus.append(self_bleu(list(ts)))
         if embed is not None:
@@ -245,6 +246,7 @@ def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dic
     shares = [c / sum(counts) for c in counts if c] if sum(counts) else []
     entropy = 0.0 - sum(p * math.log2(p) for p in shares)
     out = {
+        f"mean@{k}": accuracy(rates),
         f"pass@{k}": accuracy(solved),
         "self_bleu": accuracy(bleus),
         "both_styles": accuracy(both),
@@ -256,14 +258,12 @@ def breadth(problems, texts: Sequence[Sequence[str]], k: int, embed=None) -> dic
 
 
 def heldout_breadth(model, tokenizer, problems, k: int, max_new_tokens: int, seed: int = 0, embed=None, chunk=100):
-    """`breadth` of k samples at T=1 per problem, and their mean (mean@k)."""
+    """`breadth` of k samples at T=1 per problem."""
     import torch
 
     _, sampled_config = _generation_configs(tokenizer, max_new_tokens)
     torch.manual_seed(seed)
-    texts = _sample(model, tokenizer, problems, sampled_config, k, chunk)
-    mean = accuracy([sum(_solved(p, t) for t in ts) / k for p, ts in zip(problems, texts, strict=True)])
-    return {f"mean@{k}": mean, **breadth(problems, texts, k, embed)}
+    return breadth(problems, _sample(model, tokenizer, problems, sampled_config, k, chunk), k, embed)
 
 
 def main(argv: list[str] | None = None) -> int:
