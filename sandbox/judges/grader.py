@@ -58,15 +58,16 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
     if prob.kind == "functional":
         argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
     specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
-    accept, graded = None, {}  # graded: test index -> its TestResult, from accept, reused below
+    accept = None
     if prob.checker is None:  # with a checker, a run is graded only after the batch, by the checker
 
         def accept(i: int, r: RunResult) -> bool:  # run i of specs: test i, graded as it comes back
+            # graded again below from the batch's final result: the one seen here may lack its
+            # measured time and memory
             try:
-                graded[i] = grade_test(prob, i, r, limits)
+                return grade_test(prob, i, r, limits).verdict is Verdict.AC
             except SandboxError:  # the grading below raises it; the batch stops here
                 return False
-            return graded[i].verdict is Verdict.AC
 
     with be.session() as s:
         ce, runs = _compile_and_run(
@@ -76,7 +77,7 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
         return JudgeResult(Verdict.CE, 0, n, message=ce)
     tests = []
     for i, r in enumerate(runs):
-        tests.append(graded[i] if i in graded else grade_test(prob, i, r, limits))
+        tests.append(grade_test(prob, i, r, limits))
         if stop and tests[-1].verdict is not Verdict.AC:
             break
     pending = [t.index for t in tests if t.verdict is Verdict.AC] if prob.checker is not None else []
