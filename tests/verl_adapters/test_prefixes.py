@@ -92,6 +92,29 @@ def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
     assert m["xrpo/prefix/candidates/mean"] == 3.0 and m["xrpo/guided/queued"] == 1.0
 
 
+def test_prefixes_the_encoder_reads_alike_tie_without_counting_as_a_collapse():
+    """Distinct token ids that decode to one text get one embedding: the smoothing weighs them
+    uniformly, every smoothed score is the mean, and the first candidate wins. That tie is by
+    construction; `smoothing_tied` counts only ties over scores and texts that differ."""
+    state, cfg = _state()
+    responses = [[1, NL, 3, 3, NL, 4, NL, 8, EOS], [1, NL, 5, NL, 6, NL, 8, EOS]]
+    entropies = [[2.0] * 5 + [1.0] * 4, [2.0, 2.0, 0.1, 0.1] + [3.0] * 4]
+    view = _view(responses, entropies, [0.0, 0.0], ["u1", "u1"], ["base", "round"])
+    got = queue_prefixes(
+        view,
+        cfg=cfg,
+        state=state,
+        source_rows={"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d"}},
+        newline_ids={NL},
+        end_ids={EOS},
+        decode=lambda ids: "one text",
+        max_prefix_len=100,
+    )
+    # raw MTEs 2.0, 2.0, 1.05 (as above), smoothed all (2 + 2 + 1.05) / 3: the first, [1, NL], wins
+    assert state.guided_queue.pop_many(1)[0].prefix_ids == [1, NL]
+    assert got.chosen_lowest_raw == 0 and got.tied == 0
+
+
 def test_length_filter_and_guided_or_icl_rows_are_not_candidates():
     state, cfg = _state()
     responses = [[1, NL, 3, 3, NL, 4], [1, 1, 1, NL, 5, 5]]

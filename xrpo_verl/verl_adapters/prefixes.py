@@ -35,7 +35,7 @@ class PrefixQueueResult:
     memory: list[int] = field(default_factory=list)  # per queued prompt: entries the selection ran over
     chosen_shortest: int = 0  # selections that picked the shortest prefix in memory
     chosen_lowest_raw: int = 0  # selections that picked the lowest raw MTE (smoothing agreed)
-    tied: int = 0  # selections where the smoothing tied every candidate (spread 0) over > 1 distinct prefix
+    tied: int = 0  # selections where the smoothing collapsed distinct scores of distinct texts to a tie
 
     def metrics(self) -> dict[str, float]:
         def mean(x: list[int]) -> float:
@@ -72,6 +72,18 @@ def _strip_tail(ids: list[int], drop: set[int]) -> list[int]:
     while end and ids[end - 1] in drop:
         end -= 1
     return ids[:end]
+
+
+def _smoothing_collapsed(memory: list[prefix_lib.PrefixEntry], spread: float) -> bool:
+    """The smoothing tied every candidate although their raw MTEs differ and the encoder tells them apart.
+
+    Equal raw scores, or prefixes the encoder reads as one text (distinct token ids that decode
+    alike; the memory may also hold one prefix several times, as the released code's), tie by
+    construction: that is the smoothing doing its job, not collapsing.
+    """
+    scores = np.array([m.score for m in memory])
+    told_apart = len(np.unique(np.stack([m.embedding for m in memory]), axis=0)) > 1
+    return spread == 0.0 and bool(np.ptp(scores) > 0) and told_apart
 
 
 def queue_prefixes(
@@ -132,8 +144,7 @@ def queue_prefixes(
         out.memory.append(len(memory))
         out.chosen_shortest += len(entry.prefix_ids) == min(len(m.prefix_ids) for m in memory)
         out.chosen_lowest_raw += entry.score == min(m.score for m in memory)
-        # a tie over distinct prefixes (the memory may hold one prefix several times, as the released code's)
-        out.tied += len({tuple(m.prefix_ids) for m in memory}) > 1 and choice.spread == 0.0
+        out.tied += _smoothing_collapsed(memory, choice.spread)
         source = source_rows.get(uid)
         if source is None:
             raise RuntimeError(f"hard prompt {uid} has no source row in this step; cannot queue its guided prompt")
