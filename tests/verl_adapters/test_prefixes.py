@@ -58,6 +58,19 @@ def _view(responses, entropies, scores, uids, kinds):
     )
 
 
+def _queue(view, state, cfg, source_rows, *, decode=lambda ids: " ".join(map(str, ids)), max_prefix_len=100):
+    return queue_prefixes(
+        view,
+        cfg=cfg,
+        state=state,
+        source_rows=source_rows,
+        newline_ids={NL},
+        end_ids={EOS},
+        decode=decode,
+        max_prefix_len=max_prefix_len,
+    )
+
+
 def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
     """Pins issue 11 point 3: candidates come from every rollout of the group (the released code took
     one anchor's steps), trailing EOS is not a step, the last step is never a prefix (the released
@@ -71,16 +84,7 @@ def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
     entropies = [[2.0] * 5 + [1.0] * 4, [2.0, 2.0, 0.1, 0.1] + [3.0] * 4, [1.0] * 4]
     view = _view(responses, entropies, [0.0, 0.0, 1.0], ["u1", "u1", "u2"], ["base", "round", "base"])
     rows = {"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d", "uid": "u1"}}
-    got = queue_prefixes(
-        view,
-        cfg=cfg,
-        state=state,
-        source_rows=rows,
-        newline_ids={NL},
-        end_ids={EOS},
-        decode=lambda ids: " ".join(map(str, ids)),
-        max_prefix_len=100,
-    )
+    got = _queue(view, state, cfg, rows)
     assert got.hard_prompts == 1 and got.queued == 1 and got.candidates == [3]
     gp = state.guided_queue.pop_many(1)[0]
     # MTE: [1, NL] 2.0; [1, NL, 3, 3, NL] 2.0; [1, NL, 5, NL] (2 + 2 + 0.1 + 0.1)/4 = 1.05, the argmin
@@ -100,16 +104,8 @@ def test_prefixes_the_encoder_reads_alike_tie_without_counting_as_a_collapse():
     responses = [[1, NL, 3, 3, NL, 4, NL, 8, EOS], [1, NL, 5, NL, 6, NL, 8, EOS]]
     entropies = [[2.0] * 5 + [1.0] * 4, [2.0, 2.0, 0.1, 0.1] + [3.0] * 4]
     view = _view(responses, entropies, [0.0, 0.0], ["u1", "u1"], ["base", "round"])
-    got = queue_prefixes(
-        view,
-        cfg=cfg,
-        state=state,
-        source_rows={"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d"}},
-        newline_ids={NL},
-        end_ids={EOS},
-        decode=lambda ids: "one text",
-        max_prefix_len=100,
-    )
+    rows = {"u1": {"reward_model": {"ground_truth": "5"}, "data_source": "d"}}
+    got = _queue(view, state, cfg, rows, decode=lambda ids: "one text")
     # raw MTEs 2.0, 2.0, 1.05 (as above), smoothed all (2 + 2 + 1.05) / 3: the first, [1, NL], wins
     assert state.guided_queue.pop_many(1)[0].prefix_ids == [1, NL]
     assert got.chosen_lowest_raw == 0 and got.tied == 0
@@ -119,15 +115,7 @@ def test_length_filter_and_guided_or_icl_rows_are_not_candidates():
     state, cfg = _state()
     responses = [[1, NL, 3, 3, NL, 4], [1, 1, 1, NL, 5, 5]]
     view = _view(responses, [[1.0] * 6, [0.0] * 6], [0.0, 0.0], ["u1", "u1"], ["base", "icl"])
-    got = queue_prefixes(
-        view,
-        cfg=cfg,
-        state=state,
-        source_rows={"u1": {"reward_model": {"ground_truth": "1"}, "data_source": "d"}},
-        newline_ids={NL},
-        end_ids={EOS},
-        decode=str,
-        max_prefix_len=3,
-    )
+    rows = {"u1": {"reward_model": {"ground_truth": "1"}, "data_source": "d"}}
+    got = _queue(view, state, cfg, rows, decode=str, max_prefix_len=3)
     # the icl row's lower entropies are conditioned on its examples: not a candidate; 5 > max_prefix_len
     assert got.candidates == [1] and state.guided_queue.pop_many(1)[0].prefix_ids == [1, NL]
