@@ -7,8 +7,9 @@ rollouts per prompt for every method (GRPO's n = XRPO's n_avg); verl validates o
 every `--val-every` steps (k samples at T=1: mean@k and pass@k); the final weights are then
 measured greedy and mean@k on `n_eval` problems (the held-out sums and more, none trained on).
 Reported per method: mean@k and pass@k curves against step and against rollouts generated, steps
-to the target mean@k with a bootstrap confidence interval over seeds, the after-training accuracy,
-and its difference from GRPO's on the same seed (same data order) with a bootstrap interval.
+to the target mean@k with a bootstrap confidence interval over seeds, the curve's mean over the
+rollouts every run generated (`curve_area`), the after-training accuracy, and each one's difference
+from GRPO's on the same seed (same data order) with a bootstrap interval.
 `xrpo_planner` and `xrpo_planner_icl` are XRPO's ablations (xrpo = planner + ICL + sharpening).
 `extra_n` (novelty only) and `extra_r` (prefix regeneration only) are ExTra's; `dapo` is GRPO with
 verl's dynamic sampling, whose dropped groups count as rollouts generated.
@@ -126,6 +127,21 @@ def cost_to_target(curve, step_seconds: list, target: float) -> tuple[int, float
         return None
     rollouts = next(r for s, r, _, _ in curve if s == step)
     return rollouts, float(sum(t for t in step_seconds[:step] if t is not None))
+
+
+def curve_area(curve, budget: int) -> float | None:
+    """Mean held-out mean@k over the first `budget` rollouts generated: the area under the curve of
+    mean@k against rollouts (linear between measured points) divided by `budget`. At equal
+    rollouts, a method that learns sooner has the larger area; every measured point counts, so it
+    is steadier than one point at the end. None if the curve stops short of `budget`."""
+    xs = np.array([r for _, r, _, _ in curve], dtype=np.float64)
+    ys = np.array([acc for _, _, acc, _ in curve], dtype=np.float64)
+    if budget <= 0 or xs[-1] < budget:
+        return None
+    inside = xs < budget
+    x = np.append(xs[inside], budget)
+    y = np.append(ys[inside], np.interp(budget, xs, ys))
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / budget)
 
 
 def upper_median(a, axis=None):
@@ -304,21 +320,32 @@ def summarize(args) -> dict:
             "series_run_means": series,
             "curves": curves,
         }
+    # the rollouts every run generated: DAPO's runs generate more a step than the others
+    budget = min((s["curves"][i][-1][1] for s in summary.values() for i in range(len(s["curves"]))), default=0)
+    for s in summary.values():
+        s["curve_area_rollouts"] = budget
+        s["curve_area"] = [curve_area(c, budget) for c in s["curves"]]
     return summary
 
 
 def versus(summary: dict, base: str, key: str) -> dict[str, list[float]]:
     """Per method, the after-training `key` accuracy minus the base method's on the same seed
     (same data order), averaged over the seeds both have: mean and 95% bootstrap interval."""
+    return paired_with(summary, base, {m: [a[key]["mean"] for a in s["after"]] for m, s in summary.items()})
+
+
+def paired_with(summary: dict, base: str, values: dict[str, list[float | None]]) -> dict[str, list[float]]:
+    """`values` (per method, one a seed in `summary[method]["seeds"]` order) minus the base method's
+    on the same seed, over the seeds both have: [mean, 95% low, high, seeds]; two seeds at least."""
     if base not in summary:
         return {}
-    base_by_seed = dict(zip(summary[base]["seeds"], (a[key]["mean"] for a in summary[base]["after"]), strict=True))
+    base_by_seed = dict(zip(summary[base]["seeds"], values[base], strict=True))
     out = {}
     for method, s in summary.items():
         diffs = [
-            a[key]["mean"] - base_by_seed[seed]
-            for seed, a in zip(s["seeds"], s["after"], strict=True)
-            if seed in base_by_seed
+            v - base_by_seed[seed]
+            for seed, v in zip(s["seeds"], values[method], strict=True)
+            if base_by_seed.get(seed) is not None and v is not None
         ]
         if method != base and len(diffs) >= 2:
             out[method] = [*bootstrap(diffs), len(diffs)]
@@ -370,11 +397,13 @@ def report(summary: dict, before: dict | None, args) -> str:
     lines = [
         f"| method | seeds | val {k} at step {args.steps} (held-out) | after: {k} (change) | after: greedy | "
         f"{k} − GRPO's, same seed [95% CI] | greedy − GRPO's [95% CI] | "
-        f"steps to val {k} ≥ {args.target}: median [95% CI] | rollouts to it | training seconds to it |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"steps to val {k} ≥ {args.target}: median [95% CI] | rollouts to it | training seconds to it | "
+        f"curve's mean {k} over the first {_budget(summary):,} rollouts | its difference from GRPO's [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = "grpo"
     vs_mean, vs_greedy = versus(summary, base, k), versus(summary, base, "greedy")
+    vs_area = paired_with(summary, base, {m: s["curve_area"] for m, s in summary.items()})
     for method, s in summary.items():
         finals = [c[-1][2] for c in s["curves"]]
         after_k = [a[k]["mean"] for a in s["after"]]
@@ -388,9 +417,22 @@ def report(summary: dict, before: dict | None, args) -> str:
             f"| {method} | {len(finals)} | {np.mean(finals):.3f} ± {sd(finals):.3f} | "
             f"{np.mean(after_k):.3f} ± {sd(after_k):.3f}{change} | {np.mean(after_g):.3f} ± {sd(after_g):.3f} | "
             f"{cell(vs_mean.get(method))} | {cell(vs_greedy.get(method))} | {reached} | "
-            f"{median_ci(s['rollouts_to_target'])} | {median_ci(s['seconds_to_target'])} |"
+            f"{median_ci(s['rollouts_to_target'])} | {median_ci(s['seconds_to_target'])} | "
+            f"{_mean_sd(s['curve_area'])} | {cell(vs_area.get(method))} |"
         )
     return "\n".join(lines)
+
+
+def _budget(summary: dict) -> int:
+    return next(iter(summary.values()))["curve_area_rollouts"]
+
+
+def _mean_sd(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "—"
+    sd = f" ± {np.std(known, ddof=1):.3f}" if len(known) > 1 else ""
+    return f"{np.mean(known):.3f}{sd}"
 
 
 def _in_se(change: float, se: float) -> str:

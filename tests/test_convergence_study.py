@@ -141,3 +141,19 @@ def test_checkpoint_curve_takes_pass_at_k_from_problems_any_sample_solved():
     }
     curve = study.checkpoint_curve(metrics, points, prompts=8, n=8, k=4)
     assert curve == [(0, 0, 0.25, 0.5), (2, 128, 0.5, 0.75), (4, 256, 0.75, 0.75)]
+
+
+def test_curve_area_averages_the_curve_over_a_rollout_budget_by_trapezoids():
+    curve = [(0, 0, 0.4, None), (5, 320, 0.5, None), (10, 640, 0.6, None)]
+    # budget 480: 320 rollouts at mean 0.45, then 160 up to the interpolated 0.55 at mean 0.525
+    assert study.curve_area(curve, 480) == pytest.approx((320 * 0.45 + 160 * 0.525) / 480)
+    assert study.curve_area(curve, 640) == pytest.approx(0.5)
+    assert study.curve_area(curve, 700) is None  # the run stopped short of the budget
+
+
+def test_paired_with_skips_seeds_whose_value_is_missing():
+    summary = {"grpo": {"seeds": [0, 1, 2]}, "xrpo": {"seeds": [1, 0, 2]}, "extra": {"seeds": [0, 1]}}
+    values = {"grpo": [0.5, 0.4, None], "xrpo": [0.45, 0.6, 0.9], "extra": [0.5, None]}
+    found = study.paired_with(summary, "grpo", values)
+    assert found["xrpo"][0] == pytest.approx((0.05 + 0.10) / 2) and found["xrpo"][3] == 2  # seed 2: no GRPO value
+    assert "extra" not in found  # one seed left
