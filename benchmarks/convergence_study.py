@@ -321,7 +321,7 @@ def summarize(args) -> dict:
             "curves": curves,
         }
     # the rollouts every run generated: DAPO's runs generate more a step than the others
-    budget = min((s["curves"][i][-1][1] for s in summary.values() for i in range(len(s["curves"]))), default=0)
+    budget = min((curve[-1][1] for s in summary.values() for curve in s["curves"]), default=0)
     for s in summary.values():
         s["curve_area_rollouts"] = budget
         s["curve_area"] = [curve_area(c, budget) for c in s["curves"]]
