@@ -198,7 +198,7 @@ def task_run(setting, out: Path, steps: int, method: str) -> tuple:
 
 def run_one(method: str, seed: int, args) -> Path:
     from xrpo_verl.local import learning
-    from xrpo_verl.local.launch import launch
+    from xrpo_verl.local.launch import launch, load_recipe, trainer_command
 
     out = Path(args.out) / method / f"seed{seed}"
     if (out / "done.json").exists():
@@ -214,6 +214,7 @@ def run_one(method: str, seed: int, args) -> Path:
     # batched generate is several times faster, so the curve can afford the larger set
     validation = ["trainer.val_before_train=False"] if every else learning.validation_overrides(setting, args.val_every)
     extra = [*validation, f"data.seed={seed}", *task_extra]
+    check_command(out, trainer_command(run, load_recipe(method), extra))
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
     if result.returncode != 0:
         raise RuntimeError(f"{method} seed {seed} failed (exit {result.returncode}); see {out / 'trainer.log'}")
@@ -541,6 +542,29 @@ def parts_report(summary: dict, parts: dict[str, dict[str, bool]]) -> str:
                 cells.append(fmt.format(*(float(np.mean(f)) for f in found)))
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run_settings(command: list[str], run_dir: Path) -> list[str]:
+    """A trainer command less what differs between the seeds of one method: the interpreter, the
+    run's own paths and the data order."""
+    own = f"{run_dir.parent.name}/{run_dir.name}/"
+    return [t for t in command[1:] if own not in t and not t.startswith("data.seed=")]
+
+
+def check_command(run_dir: Path, command: list[str]) -> None:
+    """Refuse to add a seed to a method whose finished seeds ran another trainer command (its recipe
+    changed since): the seeds of one column must be runs of one configuration."""
+    mine = run_settings(command, run_dir)
+    for other in sorted(run_dir.parent.glob("seed*")):
+        if other == run_dir or not (other / "done.json").exists() or not (other / "command.txt").exists():
+            continue
+        theirs = run_settings((other / "command.txt").read_text().rstrip("\n").split(" \\\n  "), other)
+        if theirs != mine:
+            changed = sorted(set(mine) ^ set(theirs))
+            raise SystemExit(
+                f"{run_dir.parent} holds runs of another configuration ({other.name}); the settings that "
+                f"differ: {changed or 'their order'}. Use another --out, or the recipe those runs used."
+            )
 
 
 def check_model(out: Path, setting) -> None:

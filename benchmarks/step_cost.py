@@ -27,7 +27,7 @@ RECIPES = ("grpo", "xrpo", "extra", "xrpo_extra")
 ONE_ROUND = ["algorithm.xrpo.planner.rounds=1"]
 STREAMING = [*ONE_ROUND, "algorithm.xrpo.planner.schedule=streaming"]
 VARIANTS = {
-    "xrpo_r1": ("xrpo", ONE_ROUND),
+    "xrpo_r2": ("xrpo_r2", []),  # the paper's two rounds; `xrpo` runs one
     "xrpo_stream1": ("xrpo", STREAMING),
     "xrpo_extra_r1": ("xrpo_extra", ONE_ROUND),
     "xrpo_extra_stream1": ("xrpo_extra", STREAMING),

@@ -157,3 +157,25 @@ def test_paired_with_skips_seeds_whose_value_is_missing():
     found = study.paired_with(summary, "grpo", values)
     assert found["xrpo"][0] == pytest.approx((0.05 + 0.10) / 2) and found["xrpo"][3] == 2  # seed 2: no GRPO value
     assert "extra" not in found  # one seed left
+
+
+def _finished(run_dir: Path, command: list[str]) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "command.txt").write_text(" \\\n  ".join(command) + "\n")  # as launch.launch writes it
+    (run_dir / "done.json").write_text("{}")
+
+
+def test_a_seed_joins_only_the_runs_of_its_own_configuration(tmp_path):
+    def command(run_dir, *settings, python="/a/python"):
+        return [python, "-m", "verl.trainer.main_ppo", f"data.train_files={run_dir}/data/train.parquet", *settings]
+
+    xrpo = tmp_path / "xrpo"
+    _finished(xrpo / "seed0", command(xrpo / "seed0", "planner.rounds=2", "data.seed=0"))
+    _finished(xrpo / "seed1", command(xrpo / "seed1", "planner.rounds=2", "data.seed=1"))
+    (xrpo / "seed2").mkdir()  # an unfinished run's leftovers are not a record
+    (xrpo / "seed2" / "command.txt").write_text("/a/python \\\n  planner.rounds=7\n")
+    # another interpreter, its own paths and data order: the same configuration
+    study.check_command(xrpo / "seed3", command(xrpo / "seed3", "planner.rounds=2", "data.seed=3", python="/b/py"))
+    with pytest.raises(SystemExit, match=r"differ: \['planner.rounds=1'\]"):
+        study.check_command(xrpo / "seed3", command(xrpo / "seed3", "planner.rounds=2", "planner.rounds=1"))
+    study.check_command(tmp_path / "new" / "seed0", command(tmp_path / "new" / "seed0", "planner.rounds=1"))

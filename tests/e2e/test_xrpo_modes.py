@@ -87,9 +87,9 @@ def xrpo_extra(tiny_model_dir, mixed_data, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def xrpo_run(tiny_model_dir, mixed_data, tmp_path_factory):
-    """XRPO with the streaming schedule and the earned ICL gate (the xrpo_extra run covers the phased
-    schedule and the paper's always-ICL)."""
-    return train("xrpo", tiny_model_dir, mixed_data, tmp_path_factory.mktemp("xrpo"), prompts=4, extra=[STREAMING])
+    """XRPO with the paper's two rounds, streamed, and the earned ICL gate (the xrpo_extra run covers
+    the phased schedule and the paper's always-ICL)."""
+    return train("xrpo_r2", tiny_model_dir, mixed_data, tmp_path_factory.mktemp("xrpo"), prompts=4, extra=[STREAMING])
 
 
 def _total(metrics, key):
@@ -213,7 +213,7 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
     (a round's unspent share passes to the next, so only the sum is fixed)."""
     _, metrics = xrpo_run
     assert sorted(metrics) == [1, 2]
-    budgets = round_budgets(4, 4, 2, 2)  # B=4, n_avg=n=4, n_base=n/2, R=2 (launch.xrpo_sizes, _xrpo_cpu.yaml)
+    budgets = round_budgets(4, 4, 2, 2)  # B=4, n_avg=n=4, n_base=n/2, R=2 (launch.xrpo_sizes, xrpo_r2.yaml)
     for m in metrics.values():
         assert m["xrpo/round_1/rollouts"] + m["xrpo/round_2/rollouts"] == sum(budgets[1:])
         assert m["timing_s/xrpo_streaming"] > 0 and "timing_s/xrpo_round_1" not in m  # no phased barrier

@@ -14,6 +14,7 @@ PARTS = {
     "xrpo_planner_icl": (True, True, False, False, False),
     "xrpo": (True, True, True, False, False),
     "xrpo_r1": (True, True, True, False, False),
+    "xrpo_r2": (True, True, True, False, False),
     "extra": (False, False, False, True, True),
     "extra_n": (False, False, False, True, False),
     "extra_r": (False, False, False, False, True),
@@ -28,9 +29,12 @@ def test_cpu_recipe_switches_on_the_parts_its_name_says(name):
         assert launch.compose_recipe(name).algorithm.xrpo.planner.n_avg == 8  # compute-matched to GRPO's n
 
 
-def test_xrpo_r1_is_xrpo_with_one_planner_round():
-    assert launch.compose_recipe("xrpo").algorithm.xrpo.planner.rounds == 2  # the paper's
-    assert launch.compose_recipe("xrpo_r1").algorithm.xrpo.planner.rounds == 1
+def test_xrpo_runs_one_planner_round_and_xrpo_r2_the_papers_two():
+    one, two = launch.compose_recipe("xrpo"), launch.compose_recipe("xrpo_r2")
+    assert (one.algorithm.xrpo.planner.rounds, two.algorithm.xrpo.planner.rounds) == (1, 2)
+    two.algorithm.xrpo.planner.rounds = 1
+    assert one == two  # nothing else differs
+    assert launch.compose_recipe("xrpo_r1") == one  # the study's one-round records
 
 
 def test_icl_prompts_fit_the_prompt_budget_of_the_learning_setting():
