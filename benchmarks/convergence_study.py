@@ -554,11 +554,13 @@ def run_settings(command: list[str], run_dir: Path) -> list[str]:
 def check_command(run_dir: Path, command: list[str]) -> None:
     """Refuse to add a seed to a method whose finished seeds ran another trainer command (its recipe
     changed since): the seeds of one column must be runs of one configuration."""
+    from xrpo_verl.local.launch import read_command
+
     mine = run_settings(command, run_dir)
     for other in sorted(run_dir.parent.glob("seed*")):
         if other == run_dir or not (other / "done.json").exists() or not (other / "command.txt").exists():
             continue
-        theirs = run_settings((other / "command.txt").read_text().rstrip("\n").split(" \\\n  "), other)
+        theirs = run_settings(read_command(other), other)
         if theirs != mine:
             changed = sorted(set(mine) ^ set(theirs))
             raise SystemExit(

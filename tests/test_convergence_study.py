@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xrpo_verl.local import launch
+
 _spec = importlib.util.spec_from_file_location(
     "convergence_study", Path(__file__).resolve().parents[1] / "benchmarks" / "convergence_study.py"
 )
@@ -161,7 +163,7 @@ def test_paired_with_skips_seeds_whose_value_is_missing():
 
 def _finished(run_dir: Path, command: list[str]) -> None:
     run_dir.mkdir(parents=True)
-    (run_dir / "command.txt").write_text(" \\\n  ".join(command) + "\n")  # as launch.launch writes it
+    launch.write_command(run_dir, command)
     (run_dir / "done.json").write_text("{}")
 
 

@@ -288,6 +288,19 @@ def recipe_parts(name: str) -> dict[str, bool]:
     return {part: bool(getattr(settings, f"use_{part}")) for part in PARTS}
 
 
+COMMAND_SEPARATOR = " \\\n  "  # one argument a line, as a shell continues a command
+
+
+def write_command(out_dir: Path, cmd: list[str]) -> None:
+    """Keep a run's trainer command in `<out_dir>/command.txt`, readable and runnable from a shell."""
+    (Path(out_dir) / "command.txt").write_text(COMMAND_SEPARATOR.join(cmd) + "\n")
+
+
+def read_command(out_dir: Path) -> list[str]:
+    """The trainer command `write_command` kept for a run."""
+    return (Path(out_dir) / "command.txt").read_text().rstrip("\n").split(COMMAND_SEPARATOR)
+
+
 def launch(
     run: CpuRun,
     recipe_name: str,
@@ -311,7 +324,7 @@ def launch(
     part.unlink(missing_ok=True)
     env["VERL_FILE_LOGGER_PATH"] = str(part)
     cmd = trainer_command(run, load_recipe(recipe_name), extra)
-    (out / "command.txt").write_text(" \\\n  ".join(cmd) + "\n")
+    write_command(out, cmd)
     start = time.time()
     for attempt in range(1, RAY_START_ATTEMPTS + 1):
         lines: list[str] = []
