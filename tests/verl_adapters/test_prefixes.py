@@ -4,9 +4,6 @@ The production path is `group_candidates` -> `PrefixMemory.add` -> `PrefixMemory
 `prefix.select_prefix`, the function tests/test_prefix.py checks by hand.
 """
 
-import hashlib
-
-import numpy as np
 import torch
 
 from xrpo_verl.config import ExTraConfig, XRPOConfig
@@ -18,21 +15,10 @@ from xrpo_verl.verl_adapters.state import PluginState
 NL, EOS = 10, 2
 
 
-class HashEncoder:
-    def encode(self, texts):
-        out = np.stack(
-            [
-                np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8)[:16].astype(np.float32) - 127
-                for t in texts
-            ]
-        )
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-def _state(**prefix):
+def _state(encoder, **prefix):
     extra = ExTraConfig.from_dict({"prefix": {"min_gap": 1, **prefix}})
     s = PluginSettings(xrpo=XRPOConfig(), extra=extra, adv_estimator="xrpo_extra", norm_adv_by_std=True, rollout_n=16)
-    return PluginState(s, embedder_factory=lambda cfg: HashEncoder()), extra.prefix
+    return PluginState(s, embedder_factory=lambda cfg: encoder), extra.prefix
 
 
 def _view(responses, entropies, scores, uids, kinds):
@@ -71,11 +57,11 @@ def _queue(view, state, cfg, source_rows, *, decode=lambda ids: " ".join(map(str
     )
 
 
-def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
+def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout(hash_encoder):
     """Pins issue 11 point 3: candidates come from every rollout of the group (the released code took
     one anchor's steps), trailing EOS is not a step, the last step is never a prefix (the released
     rule), and the selection is `select_prefix` over the memory."""
-    state, cfg = _state()
+    state, cfg = _state(hash_encoder)
     responses = [
         [1, NL, 3, 3, NL, 4, NL, 8, EOS],  # steps end at 2, 5 and 7; the last is dropped
         [1, NL, 5, NL, 6, NL, 8, EOS],  # shares step 1; its own step 2 ends at 4
@@ -96,11 +82,11 @@ def test_hard_group_queues_the_lowest_entropy_step_of_any_rollout():
     assert m["xrpo/prefix/candidates/mean"] == 3.0 and m["xrpo/guided/queued"] == 1.0
 
 
-def test_prefixes_the_encoder_reads_alike_tie_without_counting_as_a_collapse():
+def test_prefixes_the_encoder_reads_alike_tie_without_counting_as_a_collapse(hash_encoder):
     """Distinct token ids that decode to one text get one embedding: the smoothing weighs them
     uniformly, every smoothed score is the mean, and the first candidate wins. That tie is by
     construction; `smoothing_tied` counts only ties over scores and texts that differ."""
-    state, cfg = _state()
+    state, cfg = _state(hash_encoder)
     responses = [[1, NL, 3, 3, NL, 4, NL, 8, EOS], [1, NL, 5, NL, 6, NL, 8, EOS]]
     entropies = [[2.0] * 5 + [1.0] * 4, [2.0, 2.0, 0.1, 0.1] + [3.0] * 4]
     view = _view(responses, entropies, [0.0, 0.0], ["u1", "u1"], ["base", "round"])
@@ -111,8 +97,8 @@ def test_prefixes_the_encoder_reads_alike_tie_without_counting_as_a_collapse():
     assert got.chosen_lowest_raw == 0 and got.tied == 0
 
 
-def test_length_filter_and_guided_or_icl_rows_are_not_candidates():
-    state, cfg = _state()
+def test_length_filter_and_guided_or_icl_rows_are_not_candidates(hash_encoder):
+    state, cfg = _state(hash_encoder)
     responses = [[1, NL, 3, 3, NL, 4], [1, 1, 1, NL, 5, 5]]
     view = _view(responses, [[1.0] * 6, [0.0] * 6], [0.0, 0.0], ["u1", "u1"], ["base", "icl"])
     rows = {"u1": {"reward_model": {"ground_truth": "1"}, "data_source": "d"}}

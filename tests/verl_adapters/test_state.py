@@ -4,7 +4,6 @@ The encoder is a deterministic hashing stand-in (loading MiniLM here would only 
 state itself stores vectors, not the model).
 """
 
-import hashlib
 import pickle
 
 import numpy as np
@@ -17,17 +16,6 @@ from xrpo_verl.verl_adapters.config import PluginSettings
 from xrpo_verl.verl_adapters.state import PluginState
 
 
-class HashEncoder:
-    def encode(self, texts):
-        out = np.stack(
-            [
-                np.frombuffer(hashlib.sha256(t.encode()).digest(), dtype=np.uint8)[:16].astype(np.float32) - 127
-                for t in texts
-            ]
-        )
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
 def _settings(placement="before_norm"):
     extra = ExTraConfig.from_dict(
         {"novelty": {"placement": placement, "warmup": 1, "memory_size": 2}, "prefix": {"queue_size": 2}}
@@ -37,8 +25,7 @@ def _settings(placement="before_norm"):
     )
 
 
-def _fill(state):
-    enc = HashEncoder()
+def _fill(state, enc):
     state.corpus.add("p1", "What is 1+1?", "2", step=3, num_tokens=1)
     state.corpus.add("p2", "What is 2+2?", "4", step=3, num_tokens=1)
     state.novelty.update(["p1", "p1", "p1"], enc.encode(["a", "b", "c"]))
@@ -51,18 +38,18 @@ def _fill(state):
     state.icl_gate.update(ArmCounts(12, 0), ArmCounts(12, 3))
 
 
-def test_round_trip_through_a_checkpoint_folder(tmp_path):
-    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
-    _fill(a)
+def test_round_trip_through_a_checkpoint_folder(tmp_path, hash_encoder):
+    a = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
+    _fill(a, hash_encoder)
     path = a.save(str(tmp_path / "global_step_4"))
     assert path.endswith("global_step_4/xrpo/state.pkl")
-    b = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    b = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
     b.load(str(tmp_path / "global_step_4"))
     assert pickle.dumps(b.state_dict()["counters"]) == pickle.dumps(a.state_dict()["counters"])
     assert [e.prompt_id for e in b.corpus.retrieve("p3", "What is 1+1?", k=2)] == [
         e.prompt_id for e in a.corpus.retrieve("p3", "What is 1+1?", k=2)
     ]
-    probe = HashEncoder().encode(["a", "z"])
+    probe = hash_encoder.encode(["a", "z"])
     np.testing.assert_array_equal(
         b.novelty.score(["p1", "p1"], probe, np.array([True, True])),
         a.novelty.score(["p1", "p1"], probe, np.array([True, True])),
@@ -74,23 +61,23 @@ def test_round_trip_through_a_checkpoint_folder(tmp_path):
     assert b.icl_gate.share() == a.icl_gate.share() < 0.5  # ICL lost 0 of 12 to zero-shot's 3 of 12
 
 
-def test_a_version_2_checkpoint_resumes_with_an_empty_icl_gate(tmp_path):
+def test_a_version_2_checkpoint_resumes_with_an_empty_icl_gate(tmp_path, hash_encoder):
     """The gate came with state version 3: an older checkpoint loses nothing it held."""
-    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
-    _fill(a)
+    a = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
+    _fill(a, hash_encoder)
     old = a.state_dict()
     old["version"] = 2
     del old["components"]["icl_gate"]
-    b = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+    b = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
     b.load_state_dict(old)
     assert b.icl_gate.share() == pytest.approx(0.5, abs=1e-6) and len(b.corpus) == len(a.corpus)
 
 
-def test_missing_or_mismatched_state_is_an_error(tmp_path):
-    a = PluginState(_settings(), embedder_factory=lambda cfg: HashEncoder())
+def test_missing_or_mismatched_state_is_an_error(tmp_path, hash_encoder):
+    a = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
     with pytest.raises(FileNotFoundError, match="no xrpo plugin state"):
         a.load(str(tmp_path / "global_step_9"))
-    off = PluginState(_settings("after_norm"), embedder_factory=lambda cfg: HashEncoder())
+    off = PluginState(_settings("after_norm"), embedder_factory=lambda cfg: hash_encoder)
     off.save(str(tmp_path / "global_step_1"))  # saved without the variance EMA (after_norm)
     with pytest.raises(ValueError, match="reward_var"):
         a.load(str(tmp_path / "global_step_1"))
@@ -99,10 +86,10 @@ def test_missing_or_mismatched_state_is_an_error(tmp_path):
         a.load_state_dict(old)
 
 
-def test_embedder_index_settings_reach_the_icl_corpus():
+def test_embedder_index_settings_reach_the_icl_corpus(hash_encoder):
     xrpo = XRPOConfig.from_dict({"embedder": {"index": "hnsw", "use_gpu": "never"}})
     s = PluginSettings(xrpo=xrpo, extra=ExTraConfig(), adv_estimator="xrpo", norm_adv_by_std=True, rollout_n=16)
-    state = PluginState(s, embedder_factory=lambda cfg: HashEncoder())
+    state = PluginState(s, embedder_factory=lambda cfg: hash_encoder)
     assert (state.corpus.index_kind, state.corpus.use_gpu) == ("hnsw", "never")
     import faiss
 
