@@ -162,12 +162,17 @@ def run(request, code_model_dir, tmp_path_factory):
         lines = (root / "rollouts" / f"{step}.jsonl").read_text().splitlines()
         dumped[step] = [json.loads(line) for line in lines if line.strip()]
     # Ray ends the reward worker without close(): the Docker pool's reaper removes its containers
-    # and temp root once the worker is gone (sandbox/backends/docker.py). Give it a moment.
-    deadline = time.time() + 30
-    after = _sandbox_state()
-    while (after["containers"] - before["containers"] or after["dirs"] - before["dirs"]) and time.time() < deadline:
+    # and temp root once the worker is gone (sandbox/backends/docker.py). Give it a moment. What
+    # is new since `before` and still there at the deadline is a leak; the snapshots are
+    # machine-wide, so they also see the sandbox tests another xdist worker runs meanwhile: what
+    # those make after the first snapshot is not counted, and what they hold at it goes with them.
+    deadline = time.time() + 60
+    state = _sandbox_state()
+    left = {kind: state[kind] - before[kind] for kind in state}
+    while any(left.values()) and time.time() < deadline:
         time.sleep(1)
-        after = _sandbox_state()
+        state = _sandbox_state()
+        left = {kind: left[kind] & state[kind] for kind in left}
     print(f"\n{backend} run: {wall:.0f}s wall")
     return {
         "backend": backend,
@@ -176,8 +181,7 @@ def run(request, code_model_dir, tmp_path_factory):
         "problems": _problems(train),
         "log": result.stdout,
         "killed": killer.killed if killer else [],
-        "before": before,
-        "after": after,
+        "left": left,
     }
 
 
@@ -240,8 +244,7 @@ def test_plugin_metrics_reach_verls_logger(run):
 
 
 def _leaks(run, kinds) -> dict:
-    before, after = run["before"], run["after"]
-    return {k: sorted(after[k] - before[k]) for k in kinds if after[k] - before[k]}
+    return {k: sorted(run["left"][k]) for k in kinds if run["left"][k]}
 
 
 def test_no_process_or_uid_lease_is_left_behind(run):
