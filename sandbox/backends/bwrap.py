@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from .. import runner
 from ..languages import PCH_DIR, PYTHON, pch_build_argv
+from ..options import option
 from ..verdict import Limits, RunResult, RunStatus, SandboxError
 from .base import WORK, Accept, Backend, RunnerReport, RunSpec, Session, rejected, stops, write_file_nofollow
 from .isolation import MemoryCgroup, reap
@@ -51,28 +52,34 @@ _PRLIMIT_NAMES |= {resource.RLIMIT_NOFILE: "nofile"}
 
 @dataclass
 class BwrapConfig:
-    workers: int = max(1, os.cpu_count() or 1)
-    """Concurrent sessions (slots); each has its own uid."""
-    uid_base: int = 60000
-    """Slots run as uids leased from [uid_base, uid_base + uid_span); keep the range free of real users."""
-    uid_span: int = 1000
-    """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
-    tmp_mb: int = 64
-    """Size of the private tmpfs /tmp of every run, in MiB."""
-    work_mb: int = 512
-    """Size of the tmpfs /work of a batch (as Docker's /work), in MiB."""
-    work_root: str | None = None
-    """Where session work dirs are created on the host (None: the system temp dir)."""
-    cache_dir: str = "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox")
-    """Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it."""
-    lock_dir: str | None = None
-    """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."""
-    fork_python: bool = True
-    """Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."""
-    spawn: str = "auto"
-    """How a batch's bwrap starts: "fork" (the judging process forks), "exec" (vfork, then dash, prlimit
-    and setpriv exec'd in turn: no copy of a large judging process), "auto" (exec when this process
-    holds more than 128 MiB)."""
+    """The bubblewrap backend: its slots, their uids, sizes and host dirs."""
+
+    workers: int = option(max(1, os.cpu_count() or 1), "Concurrent sessions (slots); each has its own uid.")
+    uid_base: int = option(
+        60000, "Slots run as uids leased from [uid_base, uid_base + uid_span); keep the range free of real users."
+    )
+    uid_span: int = option(
+        1000, "How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."
+    )
+    tmp_mb: int = option(64, "Size of the private tmpfs /tmp of every run, in MiB.")
+    work_mb: int = option(512, "Size of the tmpfs /work of a batch (as Docker's /work), in MiB.")
+    work_root: str | None = option(None, "Where session work dirs are created on the host (None: the system temp dir).")
+    cache_dir: str = option(
+        "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox"),
+        "Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it.",
+    )
+    lock_dir: str | None = option(
+        None, "Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."
+    )
+    fork_python: bool = option(
+        True, "Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."
+    )
+    spawn: str = option(
+        "auto",
+        "How a batch's bwrap starts: fork (the judging process forks), exec (vfork, then dash, prlimit and "
+        "setpriv exec'd in turn: no copy of a large judging process), auto (exec when this process holds more "
+        "than 128 MiB).",
+    )
 
     def __post_init__(self) -> None:
         if self.spawn not in ("auto", "fork", "exec"):

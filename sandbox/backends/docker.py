@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from .. import runner
 from ..image import IMAGE, RUNNER_DIR, build_image
+from ..options import option
 from ..runner import encode_batch
 from ..verdict import RunResult, RunStatus
 from .base import WORK, Accept, Backend, RunnerReport, RunSpec, Session, rejected, write_file_nofollow
@@ -67,32 +68,31 @@ finally:
 
 @dataclass
 class DockerConfig:
-    workers: int = max(1, os.cpu_count() or 1)
-    """Warm containers kept in the pool (concurrent sessions)."""
-    memory_mb: int = 4096
-    """Container memory cap (memory and swap), covering the compiler and any one test."""
-    pids_limit: int = 128
-    """Processes and threads per container (pids cgroup)."""
-    cpus: float = 1.0
-    """CPU quota per container, in cores."""
-    work_mb: int = 512
-    """Size of the tmpfs /work."""
-    uid_base: int = 61000
-    """Containers run submissions as uids leased from [uid_base, uid_base + uid_span)."""
-    uid_span: int = 1000
-    """How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."""
-    lock_dir: str | None = None
-    """Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under ~/.cache/xrpo-sandbox)."""
-    fork_python: bool = True
-    """Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."""
-    idle_uid: int = 65534
-    """uid of the keep-alive process (nobody)."""
-    image: str = IMAGE
-    """Image; built with `python -m sandbox build-image` when it is the default and missing."""
-    reuse: bool = True
-    """Reuse a container for later submissions after a reset (runner._reset). False: a new container
-    per submission, which also hides the counters a reset cannot rewind (pid numbers, SysV IPC ids,
-    inode numbers), at the cost of starting a container each time."""
+    """The Docker backend: its pool of containers, their limits and uids."""
+
+    workers: int = option(max(1, os.cpu_count() or 1), "Warm containers kept in the pool (concurrent sessions).")
+    memory_mb: int = option(4096, "Container memory cap (memory and swap), covering the compiler and any one test.")
+    pids_limit: int = option(128, "Processes and threads per container (pids cgroup).")
+    cpus: float = option(1.0, "CPU quota per container, in cores.")
+    work_mb: int = option(512, "Size of the tmpfs /work.")
+    uid_base: int = option(61000, "Containers run submissions as uids leased from [uid_base, uid_base + uid_span).")
+    uid_span: int = option(
+        1000, "How many uids to scan for free ones; all processes on a host share the range (one lock file per uid)."
+    )
+    lock_dir: str | None = option(
+        None, "Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under ~/.cache/xrpo-sandbox)."
+    )
+    fork_python: bool = option(
+        True, "Run Python tests in children forked from the batch runner (runner.run_python), not in new interpreters."
+    )
+    idle_uid: int = option(65534, "uid of the keep-alive process (nobody).")
+    image: str = option(IMAGE, "Image; built with `python -m sandbox build-image` when it is the default and missing.")
+    reuse: bool = option(
+        True,
+        "Reuse a container for later submissions after a reset (runner._reset). False: a new container per "
+        "submission, which also hides the counters a reset cannot rewind (pid numbers, SysV IPC ids, inode "
+        "numbers), at the cost of starting a container each time.",
+    )
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8 or self.uid_span < self.workers:
