@@ -58,6 +58,10 @@ SERIES = (
     "xrpo/guided/success_rate",
     *DAPO_DROPPED,
 )
+# Kept in done.json beside SERIES though the report reads none of them: the code task's sandbox
+# accounting per step, from which RESULTS computes the sandbox's share of the step. With them a
+# run's final record carries every figure quoted from it, and its metrics.jsonl stays out of git.
+RECORDED_PREFIXES = ("reward/sandbox/", "reward/verdict/")
 
 
 def read_metrics(path: Path) -> dict[int, dict]:
@@ -237,11 +241,16 @@ def run_one(method: str, seed: int, args) -> Path:
 
 
 def compact(metrics: dict[int, dict], setting) -> dict:
-    """What the report needs from a run's metrics.jsonl: the validation curve and the SERIES per step."""
+    """What the report needs from a run's metrics.jsonl: the validation curve and the SERIES per step
+    (and the RECORDED_PREFIXES series, for RESULTS)."""
     steps = sorted(s for s in metrics if "critic/score/mean" in metrics[s])
+    judged = any(metrics[s].get("reward/sandbox/runs") for s in steps)  # math runs log zeros there
+    recorded = sorted({k for s in steps for k in metrics[s] if k.startswith(RECORDED_PREFIXES)}) if judged else []
     return {
         "curve": val_curve(metrics, setting.prompts_per_step, setting.n),
-        "series": {k: [metrics[s].get(k) for s in steps] for k in SERIES if any(k in metrics[s] for s in steps)},
+        "series": {
+            k: [metrics[s].get(k) for s in steps] for k in (*SERIES, *recorded) if any(k in metrics[s] for s in steps)
+        },
     }
 
 
