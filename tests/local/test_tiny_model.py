@@ -132,3 +132,29 @@ def test_a_two_style_few_shot_model_builds(tmp_path):
     assert meta["config"]["addition"]["styles"] == ["columns", "words"] and meta["config"]["fewshot_pool"] == 40
     tok = AutoTokenizer.from_pretrained(out)
     assert len(tok.tokenize("Here are examples of solved problems.")) < 10  # the template's words are tokens
+
+
+def test_pack_is_reproducible_and_unpacking_refuses_other_weights(tmp_path, monkeypatch):
+    import os
+
+    src = tmp_path / "abc123"
+    src.mkdir()
+    (src / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+    (src / "config.json").write_text("{}")
+    (src / tiny_model.DONE_MARKER).write_text("{}")
+    monkeypatch.setattr(tiny_model, "ASSETS", tmp_path / "assets")
+    archive = tiny_model.pack(src)
+    assert archive == tmp_path / "assets" / "tiny_model-abc123.tar.xz"
+    first = archive.read_bytes()
+    os.utime(src / "config.json", (0, 12345))  # file times do not reach the archive
+    assert tiny_model.pack(src).read_bytes() == first
+    monkeypatch.setattr(tiny_model, "SHIPPED", {"abc123": tiny_model.weights_sha256(src)})
+    out = tmp_path / "cache" / "abc123"
+    tiny_model.unpack_shipped("abc123", out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {p.name: p.read_bytes() for p in src.iterdir()}
+    monkeypatch.setattr(tiny_model, "SHIPPED", {"abc123": "0" * 64})
+    with pytest.raises(RuntimeError, match="not the shipped"):
+        tiny_model.unpack_shipped("abc123", tmp_path / "other" / "abc123")
+    assert list((tmp_path / "other").iterdir()) == []
+    with pytest.raises(ValueError, match="not a built tiny model"):
+        tiny_model.pack(tmp_path / "assets")

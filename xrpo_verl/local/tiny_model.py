@@ -4,13 +4,16 @@ Builds, from nothing but a seed: a byte-level BPE tokenizer trained on generated
 (digits split one per token) with a ChatML chat template, a random-init Qwen2 causal LM, and a
 short supervised warm-up on `a+b=?` -> `\\boxed{answer}` so that sampled answers are right often
 enough for RL to have signal. The result is cached under `cache_root()/<key>` where the key
-hashes the whole `TinyModelConfig`; the same config gives the same files on any x86-64 CPU with
-AVX2 (the build runs in a child process with torch's CPU kernels pinned, `PINNED_KERNELS`).
+hashes the whole `TinyModelConfig`; the build runs in a child process with torch's CPU kernels
+pinned (`PINNED_KERNELS`), which holds the weights alike on AVX2 and AVX-512 CPUs but not on one with
+AMX. A model that studies share across machines is shipped instead (`SHIPPED`): its built files,
+packed in the package's `assets/`, are unpacked into the cache and never trained again.
 """
 
 import argparse
 import hashlib
 import json
+import lzma
 import math
 import os
 import pickle
@@ -18,6 +21,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -50,6 +54,16 @@ PINNED_KERNELS = {
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
     "DNNL_MAX_CPU_ISA": "AVX2",
 }
+ASSETS = Path(__file__).resolve().parent / "assets"
+# Models shipped with the package, by cache key: the sha256 of their `model.safetensors`. Seeds of
+# one study must train one model, and pinning the kernels does not make every CPU build the same
+# one, so `build` unpacks these bytes (`shipped_archive`) where any other config trains. Add one
+# with `python -m xrpo_verl.local.tiny_model --pack <built model dir>`.
+SHIPPED: dict[str, str] = {}
+# xz's LZMA2 with its coder keyed to a byte's place in a 4-byte float (the sign and exponent bytes
+# of fp32 weights repeat, their low mantissa bytes do not): smaller than the preset alone, and any
+# xz reads it.
+PACK_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME, "lc": 2, "lp": 2, "pb": 2}]
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,8 @@ class TinyModelConfig:
     max_positions: int = 256
     """max_position_embeddings; CPU recipes use prompts <= 64 and responses <= 32 tokens"""
     sft_steps: int = 250
-    """warm-up optimizer steps (our choice: ~2 min on one CPU thread, ~36% greedy accuracy)"""
+    """warm-up optimizer steps (our choice: enough for sampled answers to be right often enough that
+    RL has signal, few enough that RL still has much to learn)"""
     sft_batch_size: int = 32
     """warm-up sequences per step"""
     sft_lr: float = 1e-3
@@ -456,11 +471,20 @@ def greedy_accuracy(model, tokenizer, problems, max_new_tokens: int = 24) -> flo
 def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None, verbose: bool = True) -> Path:
     """Return the cached model directory for `config`, building it first if absent.
 
-    The build runs in a child process under `PINNED_KERNELS`: this process's torch has already
-    chosen its kernels.
+    A config in `SHIPPED` is unpacked from the package instead, its weights checked. The build runs
+    in a child process under `PINNED_KERNELS`: this process's torch has already chosen its kernels.
     """
     out = (root or cache_root()) / config.key
     if (out / DONE_MARKER).exists():
+        return out
+    if config.key in SHIPPED:
+        unpack_shipped(config.key, out)
+        if verbose:
+            print(
+                f"tiny model {config.key}: unpacked the shipped build (weights sha256 {SHIPPED[config.key][:12]}) "
+                f"into {out} instead of training it",
+                flush=True,
+            )
         return out
     env = {**os.environ, **PINNED_KERNELS}
     child = (
@@ -515,6 +539,65 @@ def _build(config: TinyModelConfig, out: Path, verbose: bool) -> None:
         )
 
 
+def weights_sha256(model_dir) -> str:
+    """The sha256 of a model directory's `model.safetensors` (what a study records of its model)."""
+    return hashlib.sha256((Path(model_dir) / "model.safetensors").read_bytes()).hexdigest()
+
+
+def shipped_archive(key: str) -> Path:
+    """The package's archive of the model with cache key `key` (`SHIPPED`)."""
+    return ASSETS / f"tiny_model-{key}.tar.xz"
+
+
+def unpack_shipped(key: str, out: Path) -> None:
+    """Write the shipped model `key`'s files into `out` (atomically), refusing weights whose sha256
+    is not `SHIPPED[key]`."""
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        with tarfile.open(shipped_archive(key), "r:xz") as tar:
+            for member in tar.getmembers():
+                if not member.isfile() or Path(member.name).name != member.name:
+                    raise RuntimeError(f"{shipped_archive(key)}: unexpected member {member.name!r}")
+                (tmp / member.name).write_bytes(tar.extractfile(member).read())
+        found = weights_sha256(tmp)
+        if found != SHIPPED[key] or not (tmp / DONE_MARKER).exists():
+            raise RuntimeError(
+                f"{shipped_archive(key)} holds weights {found[:12]}, not the shipped {SHIPPED[key][:12]} "
+                f"of model {key} (or lacks {DONE_MARKER})"
+            )
+        try:
+            tmp.rename(out)  # atomic: concurrent builders never see a half-written directory
+        except OSError:  # another process finished first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def pack(model_dir, dest: Path | None = None) -> Path:
+    """Write a built model directory's files to `dest` (default `shipped_archive(<dir name>)`) as a
+    .tar.xz that is the same bytes for the same files; returns its path. Shipping it is then one
+    line in `SHIPPED`: the directory name (the cache key) and `weights_sha256(model_dir)`."""
+    import io
+
+    src = Path(model_dir)
+    if not (src / DONE_MARKER).exists():
+        raise ValueError(f"{src} is not a built tiny model (no {DONE_MARKER})")
+    dest = Path(dest) if dest else shipped_archive(src.name)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in src.iterdir() if p.is_file()):
+            info = tarfile.TarInfo(path.name)
+            info.size, info.mode = path.stat().st_size, 0o644  # no owner or time: the bytes are the files'
+            with path.open("rb") as f:
+                tar.addfile(info, f)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(lzma.compress(buf.getvalue(), format=lzma.FORMAT_XZ, filters=PACK_FILTERS))
+    return dest
+
+
 def untied_copy(model_dir, out_dir=None):
     """The model with its output layer untied from the input embedding (a copy, cached beside it).
 
@@ -551,7 +634,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--root", type=Path, default=None, help="cache root (default: $XRPO_VERL_CACHE or ~/.cache/xrpo_verl)"
     )
+    parser.add_argument(
+        "--pack",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="instead of building: pack a built model's files into the package's assets (to ship it, add "
+        "its key and weights' sha256 to SHIPPED)",
+    )
     args = parser.parse_args(argv)
+    if args.pack:
+        archive = pack(args.pack)
+        print(f"{archive} ({archive.stat().st_size / 1e6:.1f} MB): {args.pack.name} {weights_sha256(args.pack)}")
+        return
     print(build(TinyModelConfig(seed=args.seed, sft_steps=args.sft_steps), root=args.root))
 
 
