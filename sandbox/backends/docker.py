@@ -93,6 +93,10 @@ class DockerConfig:
         "submission, which also hides the counters a reset cannot rewind (pid numbers, SysV IPC ids, inode "
         "numbers), at the cost of starting a container each time.",
     )
+    work_root: str | None = option(
+        None,
+        "Where the pool's temp root (the containers' /job dirs) is created on the host (None: the system temp dir).",
+    )
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.memory_mb < 256 or self.pids_limit < 8 or self.uid_span < self.workers:
@@ -146,7 +150,7 @@ class DockerBackend(Backend):
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._root = tempfile.mkdtemp(prefix="xrpo-docker-")
+        self._root = tempfile.mkdtemp(prefix="xrpo-docker-", dir=cfg.work_root)
         os.chmod(self._root, 0o711)
         self._pool_id = os.path.basename(self._root)  # unique on this host while the root exists
         self._reaper_fd = _start_reaper(self._pool_id, self._root)
@@ -188,6 +192,7 @@ class DockerBackend(Backend):
                 f"{LABEL}.host": _HOST,
                 f"{LABEL}.pid": str(os.getpid()),
                 f"{LABEL}.pool": self._pool_id,
+                f"{LABEL}.uid": str(uid),  # leased host-wide: names the container's owner by its uid range
             },
         )
         return _Worker(container, job, uid)

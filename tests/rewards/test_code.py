@@ -3,6 +3,7 @@
 Judging tests skip, with the reason, only when no sandbox backend can run here.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -88,6 +89,10 @@ def test_unsupported_language_scores_zero_with_a_reason():
         ({"reward_mode": "partial"}, "reward_mode"),
         ({"default_language": "rust"}, "default_language"),
         ({"se_retries": -1}, "se_retries"),
+        ({"backend": "bwrap", "backend_options": {"uid_bse": 62000}}, r"unknown backend_options \['uid_bse'\]"),
+        ({"backend": "bwrap", "backend_options": {"uid_base": 5}}, "uid_base=5"),  # BwrapConfig's own check
+        ({"backend": "auto", "backend_options": {"uid_base": 62000}}, "backend_options need backend='bwrap' or"),
+        ({"backend": "docker", "backend_options": ["uid_base"]}, "backend_options must be a mapping"),
     ],
 )
 def test_config_rejects_bad_values(kwargs, message):
@@ -96,6 +101,42 @@ def test_config_rejects_bad_values(kwargs, message):
 
 
 # --- real sandbox ------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_backend_options_reach_the_sandbox_of_the_process(tmp_path):
+    """reward_kwargs.code.backend_options: the process judges in one backend built with them (its
+    uids from the range given, its work dirs under work_root), and a verdict is not shared with
+    the default sandbox's."""
+    from xrpo_verl.rewards import code
+
+    work_root = tempfile.mkdtemp(prefix="xrpo-test-options-")
+    os.chmod(work_root, 0o711)  # the slot uids pass through it to their work dirs
+    base, span = 64800, 4  # a range of this test's own
+    config = CodeRewardConfig.from_dict(
+        {"backend": "bwrap", "backend_options": {"uid_base": base, "uid_span": span, "work_root": work_root}}
+    )
+    try:
+        backend = config.sandbox_backend()
+        assert backend is config.sandbox_backend() is replace(config, se_retries=1).sandbox_backend()
+        assert set(backend.uids) <= set(range(base, base + span)) and backend.config.work_root == work_root
+        seen = []
+        original = backend.session
+
+        def session():
+            with original() as s:
+                seen.append((s.uid, os.path.dirname(s.work)))
+                yield s
+
+        backend.session = contextlib.contextmanager(session)
+        assert compute_score("code/x", GOOD, json.dumps(ADD), None, config)["verdict"] == "AC"
+        assert seen and all(uid in backend.uids and parent == work_root for uid, parent in seen), seen
+        assert os.listdir(work_root) == []  # the session's work dir went with it
+        assert code.memo_key(ADD, GOOD, "python", config) != code.memo_key(ADD, GOOD, "python", BWRAP)
+    finally:
+        code._configured_backend(config.backend, json.dumps(config.backend_options, sort_keys=True)).close()
+        code._configured_backend.cache_clear()
+        os.rmdir(work_root)
 
 
 @needs_bwrap

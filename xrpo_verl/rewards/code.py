@@ -24,12 +24,14 @@ the time), nor is a sandbox failure (it is raised, for every row that waited on 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal
@@ -70,6 +72,11 @@ class CodeRewardConfig(Config):
     memo_size: int = option(
         4096, "Verdicts of distinct (problem, program) pairs a process keeps; an identical program is judged once. [I]"
     )
+    backend_options: dict[str, object] = option(
+        help="backend=bwrap or docker: the local sandbox's settings (BwrapConfig or DockerConfig fields, e.g. "
+        "uid_base, uid_span, lock_dir, work_root); empty keeps its defaults. [I]",
+        factory=dict,
+    )
 
     def __post_init__(self):
         self._check_fields()
@@ -91,15 +98,46 @@ class CodeRewardConfig(Config):
             object.__setattr__(self, "url", tuple(self.url))
         if isinstance(self.url, tuple) and not (self.url and all(isinstance(u, str) for u in self.url)):
             raise ValueError(f"url must be a URL or a non-empty list of URLs, got {self.url!r}")
+        if not isinstance(self.backend_options, Mapping):
+            raise ValueError(f"backend_options must be a mapping, got {type(self.backend_options).__name__}")
+        object.__setattr__(self, "backend_options", dict(self.backend_options))
+        if self.backend_options:
+            if self.backend not in ("bwrap", "docker"):
+                raise ValueError(f"backend_options need backend='bwrap' or 'docker', got backend={self.backend!r}")
+            _local_backend_config(self.backend, self.backend_options)  # raises on an unknown or bad option
 
     def sandbox_backend(self) -> object:
-        """What `sandbox.judge` takes: the name, or for remote a shared client for `url`."""
-        if self.backend != "remote":
-            return self.backend
-        return _remote_backend(self.url, self.protocol)
+        """What `sandbox.judge` takes: the name, or the process's backend built with `backend_options`,
+        or for remote a shared client for `url`."""
+        if self.backend == "remote":
+            return _remote_backend(self.url, self.protocol)
+        if self.backend_options:
+            return _configured_backend(self.backend, json.dumps(self.backend_options, sort_keys=True))
+        return self.backend
 
 
 DEFAULT_CONFIG = CodeRewardConfig()
+
+
+def _local_backend_config(name: str, options: dict) -> object:
+    """The sandbox's BwrapConfig or DockerConfig from `options`; ValueError names a bad one."""
+    if name == "bwrap":
+        from sandbox.backends.bwrap import BwrapConfig as cls
+    else:
+        from sandbox.backends.docker import DockerConfig as cls
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown backend_options {unknown} for backend={name!r}; known: {sorted(known)}")
+    return cls(**options)
+
+
+@functools.cache
+def _configured_backend(name: str, options_json: str):
+    """One backend per process and (name, options), as `sandbox.get_backend` keeps one per name."""
+    from sandbox import get_backend
+
+    return get_backend(name, **json.loads(options_json))
 
 
 @functools.cache
@@ -269,7 +307,11 @@ def memo_key(problem: dict, code: str, language: str, config: CodeRewardConfig) 
     backend = (
         config.backend if isinstance(config.backend, str) else f"{type(config.backend).__name__}@{id(config.backend)}"
     )
-    text = json.dumps([problem, code, language, config.reward_mode, backend, config.url], sort_keys=True, default=str)
+    text = json.dumps(
+        [problem, code, language, config.reward_mode, backend, config.url, config.backend_options],
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -10,7 +10,7 @@ Settings come from `reward.reward_kwargs` (unknown keys raise):
   max_concurrency: int                 scorer calls in flight per reward worker
   math: {answer_formats, timeout_s, num_workers}     MathRewardConfig
   code: {reward_mode, backend, url (one or a list: spread, fail-over), protocol, default_language,
-         se_retries, retry_backoff_s}  CodeRewardConfig
+         se_retries, retry_backoff_s, memo_size, backend_options}  CodeRewardConfig
   math_sources / code_sources: [str]   data_source prefixes per scorer
   overlong_buffer_cfg: {enable, len, penalty_factor, log}, max_resp_len: int   as verl's `dapo`
 A configured `reward.custom_reward_function` replaces the routing (its results are reduced to
