@@ -19,7 +19,7 @@ import pytest
 STEPS = int(os.environ.get("XRPO_BENCH_COST_STEPS", 12))
 BACKEND = os.environ.get("XRPO_BENCH_COST_BACKEND", "hf")
 TARGETS = {"hf": {"xrpo": 1.25}, "vllm": {"xrpo": 1.10, "extra": 1.05, "xrpo_extra": 1.15}}[BACKEND]
-_spec = importlib.util.spec_from_file_location("step_cost", Path(__file__).with_name("step_cost.py"))
+_spec = importlib.util.spec_from_file_location("step_cost", Path(__file__).parents[1] / "studies" / "step_cost.py")
 step_cost = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(step_cost)
 _TABLE: dict[str, dict[str, float]] = {}

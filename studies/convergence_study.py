@@ -18,8 +18,8 @@ Resumable: a run that finished has `done.json` (the measured accuracy, the valid
 per-step metrics of every part; small enough to keep in git) and is reused; an interrupted one
 starts again.
 
-    python benchmarks/convergence_study.py --methods grpo --seeds 0 1 2 --out outputs/convergence
-    python benchmarks/convergence_study.py --report-only --out outputs/convergence   # table + plot
+    python studies/convergence_study.py --methods grpo --seeds 0 1 2 --out outputs/convergence
+    python studies/convergence_study.py --report-only --out outputs/convergence   # table + plot
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Where a CPU run's time goes: start-up to step 1, and CPU seconds per steady step per process.
 
-Not a test. Launches the CPU step benchmark's run (`test_bench_cpu_step.py`: the arith tiny model,
+Not a test. Launches the CPU step benchmark's run (`benchmarks/test_bench_cpu_step.py`: the arith tiny model,
 4 prompts x 4 rollouts, 24 new tokens, bypass mode) through `launch.launch`, and reads every
 process of the run from /proc between two steady steps: on a 2-core machine shared with other
 jobs, the wall time of a step follows the CPU its processes ask for, so the per-process CPU is
 what to cut. Reports the launch-to-step-1 time, verl's per-stage `timing_s/*` medians and the CPU
 seconds per step of each process (Ray actors by their `ray::` name).
 
-    python benchmarks/cpu_step_profile.py --out outputs/cpu_profile [hydra overrides...]
+    python studies/cpu_step_profile.py --out outputs/cpu_profile [hydra overrides...]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ sampling at T=1 with `transformers` generate. Measures the held-out sums of the 
 (greedy and mean@k, standard errors over problems) every `--eval-every` steps. Not a substitute
 for a verl run: a setting found here is then confirmed through `python -m xrpo_verl.local.demo`.
 
-    python benchmarks/grpo_scout.py --lr 3e-5 --steps 40 --eval-every 20
+    python studies/grpo_scout.py --lr 3e-5 --steps 40 --eval-every 20
 """
 
 from __future__ import annotations

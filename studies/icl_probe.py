@@ -7,7 +7,7 @@ samples them again k times: with a 2-shot ICL prompt of two other solved 3-digit
 scratchpad solutions), and zero-shot (the control: fresh samples of a prompt that failed once
 succeed sometimes by chance). Reported: how many of the all-fail prompts each flips.
 
-    OMP_NUM_THREADS=1 python benchmarks/icl_probe.py --problems 48 --k 8
+    OMP_NUM_THREADS=1 python studies/icl_probe.py --problems 48 --k 8
 """
 
 from __future__ import annotations

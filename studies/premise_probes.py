@@ -1,10 +1,10 @@
 """Measure the premises P1-P4 of `xrpo_verl.eval.premises` on an initial model, inference only.
 
-    OMP_NUM_THREADS=2 python benchmarks/premise_probes.py --subject testbed      # the premise testbed's model
-    OMP_NUM_THREADS=2 python benchmarks/premise_probes.py --subject learning     # the learning setting's model
-    OMP_NUM_THREADS=2 python benchmarks/premise_probes.py --subject smollm2      # SmolLM2-135M-Instruct, the anchor
+    OMP_NUM_THREADS=2 python studies/premise_probes.py --subject testbed      # the premise testbed's model
+    OMP_NUM_THREADS=2 python studies/premise_probes.py --subject learning     # the learning setting's model
+    OMP_NUM_THREADS=2 python studies/premise_probes.py --subject smollm2      # SmolLM2-135M-Instruct, the anchor
 
-Writes benchmarks/premises/<subject>.json and prints a summary. The tiny models' problems are their
+Writes studies/records/premises/<subject>.json and prints a summary. The tiny models' problems are their
 setting's training and held-out sums; SmolLM2's are sums of operands up to 20 asked in words
 (`SMOL_TASK`): it solves some (2-digit operands: about 5% at T = 1, too few). SmolLM2's weights
 come from a pip package (no hub):
@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-OUT = Path(__file__).parent / "premises"
+OUT = Path(__file__).parent / "records" / "premises"
 SMOL_TASK = "What is {a} + {b}? Give the final answer as \\boxed{{answer}}."
 
 

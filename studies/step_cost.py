@@ -1,7 +1,7 @@
 """What a step costs with each method, against GRPO in the same run, on the learning setting.
 
-    python benchmarks/step_cost.py --steps 12 --out outputs/step_cost            # hf rollout (.venv)
-    .venv-vllm/bin/python benchmarks/step_cost.py --backend vllm --out ...        # verl's vLLM rollout on CPU
+    python studies/step_cost.py --steps 12 --out outputs/step_cost            # hf rollout (.venv)
+    .venv-vllm/bin/python studies/step_cost.py --backend vllm --out ...        # verl's vLLM rollout on CPU
 
 Runs GRPO, XRPO, ExTra and XRPO+ExTra one after another at equal rollouts (the learning
 setting: 8 prompts x 8 rollouts a step, XRPO's n_avg = 8) from the same model and data order, and

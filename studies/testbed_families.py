@@ -1,6 +1,6 @@
 """Where a testbed study's accuracy moved: held-out mean@k of known and unknown families, before and after.
 
-    python benchmarks/testbed_families.py --out outputs/tb_study
+    python studies/testbed_families.py --out outputs/tb_study
 
 Reads a `convergence_study.py --setting testbed` directory (before.json and each run's done.json)
 and splits the measurement set by family kind: the families the model's warm-up showed zero-shot

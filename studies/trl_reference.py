@@ -15,8 +15,8 @@ batch uses the detached current log-probs. Both are on-policy here, so the ratio
 
 Resumable: a finished (trainer, seed) has `done.json` and is reused; an interrupted one starts again.
 
-    python benchmarks/trl_reference.py --trainers trl verl --seeds 0 1 --out outputs/trl_reference
-    python benchmarks/trl_reference.py --report-only --out outputs/trl_reference   # table + plot
+    python studies/trl_reference.py --trainers trl verl --seeds 0 1 --out outputs/trl_reference
+    python studies/trl_reference.py --report-only --out outputs/trl_reference   # table + plot
 """
 
 from __future__ import annotations

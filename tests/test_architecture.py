@@ -143,7 +143,7 @@ def test_no_module_imports_itself_back():
 
 def _sources() -> list[Path]:
     found = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
-    for top in ("xrpo_verl", "sandbox", "tests", "benchmarks", "recipes", "scripts", "docs"):
+    for top in ("xrpo_verl", "sandbox", "tests", "benchmarks", "studies", "recipes", "scripts", "docs"):
         found += [p for p in (ROOT / top).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".sh"}]
     return [p for p in found if p.is_file()]
 

@@ -1,4 +1,4 @@
-"""The convergence study's bookkeeping (benchmarks/convergence_study.py): the numbers RESULTS.md
+"""The convergence study's bookkeeping (studies/convergence_study.py): the numbers RESULTS.md
 reports come from these functions, so they are checked on hand-computed cases."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import pytest
 from xrpo_verl.local import launch
 
 _spec = importlib.util.spec_from_file_location(
-    "convergence_study", Path(__file__).resolve().parents[1] / "benchmarks" / "convergence_study.py"
+    "convergence_study", Path(__file__).resolve().parents[1] / "studies" / "convergence_study.py"
 )
 study = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(study)
@@ -123,7 +123,7 @@ def test_base_setting_selects_the_testbed_model():
 
 def test_family_split_pairs_changes_within_each_kind():
     spec = importlib.util.spec_from_file_location(
-        "testbed_families", Path(__file__).parents[1] / "benchmarks" / "testbed_families.py"
+        "testbed_families", Path(__file__).parents[1] / "studies" / "testbed_families.py"
     )
     fam = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fam)
