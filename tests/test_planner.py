@@ -257,3 +257,69 @@ def test_streaming_rounds_spend_the_budget_within_n_max_in_any_order(pass_rates,
     assert int(plan.issued.sum()) == len(pass_rates) * cfg.n_avg
     assert plan.issued.max() <= cfg.n_max
     assert [len(k) for k in known] == plan.issued.tolist()
+
+
+# ---------------------------------------------------------------- prompt selection (issue 46)
+
+
+def test_beta_power_moment_by_hand_and_by_sampling():
+    # Beta(1, 1): E[p^n] = 1 / (n + 1); Beta(2, 1): E[p] = 2/3, E[p^2] = 2/3 * 3/4 = 1/2
+    assert P.beta_power_moment(np.array([1.0]), np.array([1.0]), 3)[0] == pytest.approx(0.25)
+    assert P.beta_power_moment(np.array([2.0]), np.array([1.0]), 2)[0] == pytest.approx(0.5)
+    assert P.beta_power_moment(np.array([2.0]), np.array([1.0]), 0)[0] == 1.0
+    p = np.random.default_rng(0).beta(0.5, 8.5, 400_000)
+    exact = P.mixed_group_probability(np.array([0.5]), np.array([8.5]), 8)[0]
+    assert exact == pytest.approx(1 - np.mean(p**8 + (1 - p) ** 8), abs=0.003)
+
+
+def test_mixed_probability_ranks_a_mixed_history_above_an_unseen_prompt_above_an_agreeing_one():
+    h = P.PromptHistory(4, half_life=10.0)
+    h.record(np.array([0, 1, 2]), np.array([4, 0, 8]), np.array([8, 8, 8]), step=0)
+    mixed, fail, pass_, unseen = h.score(np.arange(4), step=0, n=8)
+    assert mixed > unseen > max(fail, pass_)
+    assert fail == pytest.approx(pass_)  # the prior is symmetric
+
+
+def test_history_decays_back_to_the_prior_at_its_half_life():
+    h = P.PromptHistory(2, half_life=5.0, prior=(0.5, 0.5))
+    h.record(np.array([0]), np.array([0]), np.array([8]), step=0)
+    a, b = h.posterior(np.array([0, 1]), step=5)
+    assert (a[0], b[0]) == pytest.approx((0.5, 0.5 + 4.0))  # half the 8 failures are left after 5 steps
+    assert (a[1], b[1]) == (0.5, 0.5)
+    h.record(np.array([0]), np.array([2]), np.array([4]), step=5)  # the new visit adds to the decayed one
+    a, b = h.posterior(np.array([0]), step=5)
+    assert (a[0], b[0]) == pytest.approx((2.5, 0.5 + 4.0 + 2.0))
+    late = h.score(np.array([0, 1]), step=500, n=8)
+    assert late[0] == pytest.approx(late[1], abs=1e-6)
+
+
+def test_history_memory_is_set_by_the_dataset():
+    h = P.PromptHistory(17_000, half_life=33.0)
+    nbytes = h.successes.nbytes + h.failures.nbytes + h.last_step.nbytes
+    assert nbytes == 17_000 * 12
+    for step in range(50):
+        h.record(np.arange(step * 10, step * 10 + 10), np.zeros(10), np.full(10, 16), step)
+    assert h.successes.nbytes + h.failures.nbytes + h.last_step.nbytes == nbytes
+
+
+def test_select_by_signal_keeps_the_largest_and_breaks_ties_at_random():
+    rng = np.random.default_rng(0)
+    assert P.select_by_signal(np.array([0.1, 0.9, 0.5, 0.7]), 2, rng).tolist() == [1, 3]
+    picks = {tuple(P.select_by_signal(np.array([0.5, 0.5, 0.5, 0.9]), 2, rng)) for _ in range(50)}
+    assert all(3 in p for p in picks) and len(picks) == 3  # the tie among the rest goes every way
+
+
+@pytest.mark.parametrize(
+    "call, needle",
+    [
+        (lambda: P.mixed_group_probability(np.ones(1), np.ones(1), 1), "n must be >= 2"),
+        (lambda: P.beta_power_moment(np.zeros(1), np.ones(1), 2), "must be > 0"),
+        (lambda: P.history_decay(0.0), "half_life"),
+        (lambda: P.PromptHistory(3, half_life=1.0).record([0], [5], [4], 0), r"\[0, trials\]"),
+        (lambda: P.PromptHistory(3, half_life=1.0).record([0, 0], [1, 1], [4, 4], 0), "once per call"),
+        (lambda: P.select_by_signal(np.ones(3), 4, np.random.default_rng(0)), "keep = 4"),
+    ],
+)
+def test_selection_rejects_bad_input(call, needle):
+    with pytest.raises(ValueError, match=needle):
+        call()

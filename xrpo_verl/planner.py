@@ -417,3 +417,100 @@ class StreamingRounds:
                 self.left[r] = 0
             self.per_round[r] += k
         return out
+
+
+# Prompt selection across steps (issue 46, ours [I]). The planner above moves rollouts inside a
+# batch; a batch that is mostly all-pass or all-fail prompts has few groups to move them to. A
+# step that considers C >= B candidate prompts can train the B whose groups are most likely to be
+# mixed, judged from each prompt's own earlier visits. The policy moves between visits, so older
+# visits weigh less. For prompt q at step t, with visit j at step t_j giving s_j successes in n_j:
+#
+#     a_q = a_0 + sum_j gamma^(t - t_j) s_j          discounted Beta posterior of p_q
+#     b_q = b_0 + sum_j gamma^(t - t_j) (n_j - s_j)  gamma = 2^(-1 / half_life), half_life in steps
+#     E[p^n]  = prod_{i<n} (a_q + i) / (a_q + b_q + i)
+#     I_q(n)  = 1 - E[p^n] - E[(1 - p)^n]            P(a group of n rollouts is mixed)
+#
+# and the step trains the B candidates with the largest I_q(n). An unvisited prompt scores the
+# prior's I, so fresh prompts compete with ones whose last group was mixed; a prompt whose last
+# group was all-pass or all-fail returns to the prior as its evidence decays.
+
+
+def beta_power_moment(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """E[p^n] for p ~ Beta(a, b): prod_{i<n} (a + i) / (a + b + i). a, b (Q,) > 0; returns (Q,)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("Beta parameters must be > 0")
+    if int(n) != n or n < 0:
+        raise ValueError(f"n = {n!r} must be an integer >= 0")
+    i = np.arange(int(n), dtype=np.float64)
+    return np.prod((a[..., None] + i) / (a[..., None] + b[..., None] + i), axis=-1)
+
+
+def mixed_group_probability(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """I_q(n) = 1 - E[p^n] - E[(1-p)^n] under Beta(a_q, b_q): the chance a group of n is mixed. (Q,)"""
+    if n < 2:
+        raise ValueError(f"a group of n = {n} rollouts cannot be mixed; n must be >= 2")
+    return 1.0 - beta_power_moment(a, b, n) - beta_power_moment(b, a, n)
+
+
+def history_decay(half_life: float) -> float:
+    """gamma = 2^(-1/half_life): the weight a visit keeps after one step; half_life in steps, > 0."""
+    if not np.isfinite(half_life) or half_life <= 0:
+        raise ValueError(f"half_life = {half_life!r} must be a finite number of steps > 0")
+    return float(2.0 ** (-1.0 / half_life))
+
+
+class PromptHistory:
+    """The discounted posterior (a_q - a_0, b_q - b_0) of every prompt of a dataset (module notes).
+
+    Two float32 arrays and one int32 array of length Q: memory is set by the dataset, not the run.
+    `record` folds a visit in; `score` gives I_q(n) at step t for any prompts.
+    """
+
+    def __init__(self, num_prompts: int, *, half_life: float, prior: tuple[float, float] = (0.5, 0.5)) -> None:
+        if int(num_prompts) != num_prompts or num_prompts < 1:
+            raise ValueError(f"num_prompts = {num_prompts!r} must be an integer >= 1")
+        if min(prior) <= 0:
+            raise ValueError(f"prior = {prior!r} must be two numbers > 0")
+        self.gamma = history_decay(half_life)
+        self.prior = (float(prior[0]), float(prior[1]))
+        self.successes = np.zeros(num_prompts, dtype=np.float32)
+        self.failures = np.zeros(num_prompts, dtype=np.float32)
+        self.last_step = np.zeros(num_prompts, dtype=np.int32)
+
+    def _decayed(self, idx: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+        w = self.gamma ** np.maximum(step - self.last_step[idx], 0).astype(np.float64)
+        return self.successes[idx] * w, self.failures[idx] * w
+
+    def record(self, idx: np.ndarray, successes: np.ndarray, trials: np.ndarray, step: int) -> None:
+        """Fold in a visit of prompts `idx` (K,) at `step`: `successes` of `trials` (K,) each."""
+        idx = np.asarray(idx, dtype=np.int64)
+        successes = np.asarray(successes, dtype=np.float64)
+        trials = np.asarray(trials, dtype=np.float64)
+        if np.any(successes < 0) or np.any(successes > trials):
+            raise ValueError("successes must lie in [0, trials]")
+        if np.unique(idx).size != idx.size:
+            raise ValueError("a prompt can be recorded once per call")
+        s, f = self._decayed(idx, step)
+        self.successes[idx] = s + successes
+        self.failures[idx] = f + trials - successes
+        self.last_step[idx] = step
+
+    def posterior(self, idx: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(a_q, b_q) at `step` for prompts `idx` (K,)."""
+        s, f = self._decayed(np.asarray(idx, dtype=np.int64), step)
+        return self.prior[0] + s, self.prior[1] + f
+
+    def score(self, idx: np.ndarray, step: int, n: int) -> np.ndarray:
+        """I_q(n) at `step` for prompts `idx` (K,)."""
+        return mixed_group_probability(*self.posterior(idx, step), n)
+
+
+def select_by_signal(scores: np.ndarray, keep: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices (into `scores`, (C,)) of the `keep` largest scores, ties broken at random; sorted."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if not 0 <= keep <= scores.size:
+        raise ValueError(f"keep = {keep} must lie in [0, {scores.size}]")
+    order = np.lexsort((rng.random(scores.size), -scores))
+    return np.sort(order[:keep])

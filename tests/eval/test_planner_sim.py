@@ -103,3 +103,80 @@ def test_an_engine_that_holds_the_whole_step_cannot_hide_a_round():
     stream = simulate("xrpo_streaming", replace(big, streaming_rounds=1), POOL)
     uni = simulate("uniform", big, POOL)
     assert stream["gen_time_per_step"] > 1.5 * uni["gen_time_per_step"]
+
+
+# ------------------------------------------------ which prompts a step trains (issue 46)
+
+from xrpo_verl.eval.planner_sim import (  # noqa: E402
+    PROTOCOLS,
+    SELECTION_STRATEGIES,
+    SelectionConfig,
+    compare_selection,
+    simulate_selection,
+)
+
+# Four epochs of 96 prompts at 8 x 8, the testbed's pass-rate mix: a few seconds for all strategies.
+EPOCHS, EPOCH_POOL = (
+    replace(PROTOCOLS["testbed_epochs"][0], dataset_prompts=96, steps=48),
+    PROTOCOLS["testbed_epochs"][1],
+)
+
+
+@pytest.fixture(scope="module")
+def selection():
+    return [compare_selection(replace(EPOCHS, seed=s), EPOCH_POOL) for s in range(3)]
+
+
+def _mean(runs, strategy, key):
+    return float(np.mean([r[strategy][key] for r in runs]))
+
+
+def test_every_fixed_budget_strategy_spends_exactly_b_times_n(selection):
+    budget = EPOCHS.batch_prompts * EPOCHS.rollouts
+    for s in SELECTION_STRATEGIES:
+        if s == "pilot_commit":
+            continue
+        assert max(r[s]["rollouts_per_step"] for r in selection) <= budget, s
+    for s in ("uniform", "xrpo", "skip", "history", "history_xrpo", "oracle"):
+        assert all(r[s]["rollouts_per_step"] == budget for r in selection), s
+
+
+def test_history_puts_more_rollouts_in_mixed_groups_when_prompts_come_back(selection):
+    """Revisited prompts: the history choice beats uniform, GRESO's skip rule and the in-step pilot,
+    and stays below the oracle that knows every pass rate."""
+    hist = _mean(selection, "history", "share_ratio_vs_uniform")
+    assert hist > 1.25
+    assert hist > _mean(selection, "skip", "share_ratio_vs_uniform")
+    assert hist > _mean(selection, "pilot", "share_ratio_vs_uniform")
+    assert hist < _mean(selection, "oracle", "share_ratio_vs_uniform")
+
+
+def test_history_is_no_better_than_uniform_when_no_prompt_comes_back():
+    """The testbed as set C runs it sees each prompt about once: history has nothing to go on."""
+    cfg, pool = PROTOCOLS["testbed"]
+    runs = [compare_selection(replace(cfg, seed=s), pool, ("uniform", "history")) for s in range(3)]
+    assert abs(_mean(runs, "history", "share_ratio_vs_uniform") - 1.0) < 0.08
+
+
+def test_pilot_commit_trains_only_groups_its_pilot_found_mixed_but_pays_for_the_pilots(selection):
+    """Pilot-Commit's filter at k_e = 2 keeps one-of-two pilots, so every trained group is mixed;
+    the discarded pilots make it generate more than B * n a step."""
+    assert all(r["pilot_commit"]["mixed_groups_per_step"] == EPOCHS.batch_prompts for r in selection)
+    assert _mean(selection, "pilot_commit", "rollouts_per_step") > 1.3 * EPOCHS.batch_prompts * EPOCHS.rollouts
+
+
+def test_a_strategy_sees_the_same_pass_rates_and_drift_on_every_call():
+    a = simulate_selection("history", replace(EPOCHS, steps=12))
+    b = simulate_selection("history", replace(EPOCHS, steps=12))
+    assert a == b
+    still = simulate_selection("uniform", replace(EPOCHS, steps=12, drift_mean=0.0, drift_sd=0.0))
+    assert still != simulate_selection("uniform", replace(EPOCHS, steps=12))
+
+
+def test_selection_settings_are_checked():
+    with pytest.raises(ValueError, match="unknown strategy"):
+        simulate_selection("greedy", EPOCHS)
+    with pytest.raises(ValueError, match="exceeds"):
+        SelectionConfig(dataset_prompts=16, batch_prompts=8, candidates=3)
+    with pytest.raises(ValueError, match="pilot alone"):
+        SelectionConfig(pilot_prompts=4, pilot_rollouts=4)

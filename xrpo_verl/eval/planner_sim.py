@@ -322,8 +322,399 @@ def lambda_sweep(
     return out
 
 
-if __name__ == "__main__":
+# --------------------------------------------------------------------------------------------
+# Which prompts a step trains (issue 46): selection over a dataset visited for several epochs.
+#
+# The dataset's prompts have hidden pass rates p_q(t) that move while the policy learns:
+#     logit p_q(t+1) = logit p_q(t) + mu / S + (sigma / sqrt(S)) z_q,  z_q ~ N(0, 1)
+# over a run of S steps (mu, sigma: the run's total drift in logits, our choice; a visit's history
+# goes stale by exactly this). A sampler walks the dataset in a fresh random order each epoch, as
+# verl's dataloader does. Every strategy spends B * n rollouts a step except Pilot-Commit, whose
+# code generates until B prompts pass its filter; every generated rollout is counted.
+#
+# - uniform:        the next B prompts, n each (GRPO).
+# - xrpo:           the next B prompts, XRPO's phased planner (n_base = n/2, one round).
+# - pilot:          a pilot inside the step: the next P*B prompts get k rollouts each; what is left
+#                   of B * n goes by Pi_q (`planner.plan_round`) to the prompts whose pilot was
+#                   mixed (none to all-pass or all-fail ones).
+# - pilot_commit:   Pilot-Commit's released code at our size: each generation round pilots B new
+#                   prompts with k_e rollouts, keeps those whose pilot mean lies in [lo, 1 - hi] in a
+#                   buffer (at most 4 steps old), and commits n_c rollouts to buffered prompts; a
+#                   trained group is its k_e + n_c rollouts; rounds go on until B groups are trained.
+# - skip:           GRESO's rule: the sampler skips a prompt whose last group was all-pass or all-fail
+#                   with probability 0.8, until B are taken or C*B looked at (then the skipped fill in).
+# - history:        ours: the next C*B prompts, train the B with the largest I_q(n) from
+#                   `planner.PromptHistory` (discounted Beta posterior), n each.
+# - history_xrpo:   ours: history's choice, then XRPO's planner inside the step.
+# - oracle:         the next C*B prompts, the B with the largest true 1 - p^n - (1-p)^n.
+#
+# Measured: the share of generated rollouts that land in trained groups with mixed rewards, the
+# mixed groups a step, rollouts a step and generation passes a step (each pass waits on its last
+# rollout: a round, a pilot, a DAPO batch).
+# --------------------------------------------------------------------------------------------
+
+SELECTION_STRATEGIES: tuple[str, ...] = (
+    "uniform",
+    "xrpo",
+    "pilot",
+    "pilot_commit",
+    "skip",
+    "history",
+    "history_xrpo",
+    "oracle",
+)
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    """One multi-epoch run of the selection simulation (module notes above)."""
+
+    dataset_prompts: int = 4096
+    """Q, prompts in the training set"""
+    batch_prompts: int = 8
+    """B, prompts trained a step"""
+    rollouts: int = 8
+    """n, GRPO's rollouts per prompt; the budget is B * n a step"""
+    steps: int = 50
+    """S, training steps"""
+    drift_mean: float = 1.0
+    """mu, the run's mean shift of logit p (the policy learns; our choice)"""
+    drift_sd: float = 1.0
+    """sigma, the run's per-prompt spread of that shift (our choice)"""
+    candidates: float = 3.0
+    """C, prompts considered per trained prompt (skip, history, history_xrpo, oracle)"""
+    half_life: float = 0.0
+    """history's half-life in steps (0: one epoch of uniform sampling, Q / B)"""
+    pilot_prompts: float = 2.0
+    """pilot: prompts piloted per trained prompt"""
+    pilot_rollouts: int = 2
+    """pilot: k, rollouts of each piloted prompt"""
+    pc_explore: int = 2
+    """pilot_commit: k_e, pilot rollouts (its n_explore)"""
+    pc_commit: int = 6
+    """pilot_commit: n_c, committed rollouts (its rollout.n); k_e + n_c is a trained group"""
+    pc_lower: float = 0.25
+    """pilot_commit: a pilot mean below this is too hard (its diversity_threshold_lower)"""
+    pc_upper: float = 0.25
+    """pilot_commit: a pilot mean above 1 - this is too easy (its diversity_threshold_upper)"""
+    pc_max_off_steps: int = 4
+    """pilot_commit: oldest buffered pilot, in steps (its buffer_max_off_steps)"""
+    skip_prob: float = 0.8
+    """skip: chance of skipping a prompt whose last group agreed"""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.dataset_prompts, self.batch_prompts, self.steps) < 1 or self.rollouts < 2:
+            raise ValueError("need dataset_prompts, batch_prompts, steps >= 1 and rollouts >= 2")
+        if self.candidates * self.batch_prompts > self.dataset_prompts:
+            raise ValueError(
+                f"C * B = {self.candidates * self.batch_prompts} exceeds the {self.dataset_prompts} prompts"
+            )
+        if self.candidates < 1 or self.pilot_prompts < 1:
+            raise ValueError("candidates and pilot_prompts must be >= 1")
+        if self.pilot_prompts * self.batch_prompts * self.pilot_rollouts > self.batch_prompts * self.rollouts:
+            raise ValueError("the pilot alone exceeds the step's budget B * n")
+        if self.pilot_rollouts < 2 or self.pc_explore < 1 or self.pc_commit < 1:
+            raise ValueError("pilot_rollouts must be >= 2, pc_explore and pc_commit >= 1")
+
+
+class _Sampler:
+    """The dataset in a fresh random order each epoch; `take(k)` the next k prompt ids."""
+
+    def __init__(self, q: int, rng: np.random.Generator) -> None:
+        self.q, self.rng, self.order, self.pos, self.epochs = q, rng, rng.permutation(q), 0, 0
+
+    def take(self, k: int) -> np.ndarray:
+        out = []
+        while k:
+            if self.pos == self.q:
+                self.order, self.pos, self.epochs = self.rng.permutation(self.q), 0, self.epochs + 1
+            got = self.order[self.pos : self.pos + k]
+            out.append(got)
+            self.pos += got.size
+            k -= got.size
+        return np.concatenate(out)
+
+
+def _mixed_prob(p: np.ndarray, n: int) -> np.ndarray:
+    return 1.0 - p**n - (1.0 - p) ** n
+
+
+class _Run:
+    """State of one selection run: pass rates, sampler, history, counters."""
+
+    def __init__(self, cfg: SelectionConfig, pool: PoolConfig) -> None:
+        self.cfg = cfg
+        rng = np.random.default_rng(cfg.seed)
+        p0 = np.clip(sample_pool(replace(pool, num_prompts=cfg.dataset_prompts), rng), 1e-4, 1 - 1e-4)
+        self.logit = np.log(p0 / (1 - p0))
+        self.drift_rng = np.random.default_rng(cfg.seed + 1)  # the same drift for every strategy
+        self.sampler = _Sampler(cfg.dataset_prompts, np.random.default_rng(cfg.seed + 2))
+        self.rng = np.random.default_rng(cfg.seed + 3)  # rewards and choices
+        half_life = cfg.half_life or cfg.dataset_prompts / cfg.batch_prompts
+        self.history = planner.PromptHistory(cfg.dataset_prompts, half_life=half_life)
+        self.last_mixed = np.ones(cfg.dataset_prompts, dtype=bool)  # skip: unvisited counts as mixed
+        self.buffer: list[tuple[int, np.ndarray, int]] = []  # pilot_commit: (prompt, pilot rewards, step)
+        self.step = 0
+        self.rollouts = self.informative = self.groups_mixed = self.passes = 0
+
+    @property
+    def p(self) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-self.logit))
+
+    def advance(self) -> None:
+        c, s = self.cfg, self.cfg.steps
+        self.logit += c.drift_mean / s + c.drift_sd / np.sqrt(s) * self.drift_rng.standard_normal(self.logit.size)
+        self.step += 1
+
+    def rewards(self, q: int, k: int) -> np.ndarray:
+        return (self.rng.random(k) < self.p[q]).astype(np.float64)
+
+    def train(self, groups: dict[int, np.ndarray], generated: int, passes: int) -> None:
+        """Count a step whose trained groups are `groups` and that generated `generated` rollouts."""
+        idx = np.fromiter(groups, dtype=np.int64, count=len(groups))
+        mixed = np.array([g.min() != g.max() for g in groups.values()], dtype=bool)
+        sizes = np.array([g.size for g in groups.values()])
+        self.rollouts += generated
+        self.informative += int(sizes[mixed].sum())
+        self.groups_mixed += int(mixed.sum())
+        self.passes += passes
+        succ = np.array([g.sum() for g in groups.values()])
+        self.history.record(idx, succ, sizes, self.step)
+        self.last_mixed[idx] = mixed
+
+
+def _planned_groups(run: _Run, qs: np.ndarray) -> tuple[dict[int, np.ndarray], int]:
+    """XRPO's phased planner over prompts `qs`: n_base = n/2, one round of the rest by Pi_q."""
+    n = run.cfg.rollouts
+    pc = PlannerConfig(n_base=max(2, n // 2), n_avg=n, rounds=1, n_max=2 * n)
+    groups = [run.rewards(q, pc.n_base) for q in qs]
+    extra = planner.plan_round(groups, qs.size * (n - pc.n_base), pc).extra
+    return {int(q): np.concatenate([g, run.rewards(q, k)]) for q, g, k in zip(qs, groups, extra)}, 2
+
+
+def _step_uniform(run: _Run) -> None:
+    c = run.cfg
+    qs = run.sampler.take(c.batch_prompts)
+    run.train({int(q): run.rewards(q, c.rollouts) for q in qs}, c.batch_prompts * c.rollouts, 1)
+
+
+def _step_xrpo(run: _Run) -> None:
+    groups, passes = _planned_groups(run, run.sampler.take(run.cfg.batch_prompts))
+    run.train(groups, run.cfg.batch_prompts * run.cfg.rollouts, passes)
+
+
+def _step_pilot(run: _Run) -> None:
+    c = run.cfg
+    qs = run.sampler.take(int(round(c.pilot_prompts * c.batch_prompts)))
+    pilots = [run.rewards(q, c.pilot_rollouts) for q in qs]
+    mixed = np.array([g.min() != g.max() for g in pilots])
+    budget = c.batch_prompts * c.rollouts - qs.size * c.pilot_rollouts
+    pc = PlannerConfig(n_base=c.pilot_rollouts, n_avg=c.rollouts, rounds=1, n_max=4 * c.rollouts)
+    d = planner.priority_diagnostics(pilots, step=qs.size * c.pilot_rollouts, alpha=pc.alpha, lam=pc.lam)
+    room = np.where(mixed, pc.n_max - c.pilot_rollouts, 0)
+    extra = planner.allocate_by_priority(np.where(mixed, d.priority, 0.0), budget, room) if mixed.any() else []
+    groups = {int(q): g for q, g in zip(qs, pilots)}
+    for q, k in zip(qs[mixed], np.asarray(extra)[mixed] if mixed.any() else []):
+        groups[int(q)] = np.concatenate([groups[int(q)], run.rewards(q, int(k))])
+    trained = {q: g for q, g in groups.items() if g.size > c.pilot_rollouts}
+    spent = qs.size * c.pilot_rollouts + int(sum(extra))
+    run.train(trained or {int(qs[0]): groups[int(qs[0])]}, spent, 2)
+
+
+def _step_pilot_commit(run: _Run) -> None:
+    c = run.cfg
+    trained: dict[int, np.ndarray] = {}
+    generated = passes = 0
+    while len(trained) < c.batch_prompts and passes < 10:
+        passes += 1
+        new = run.sampler.take(c.batch_prompts)
+        commit = [b for b in run.buffer[: c.batch_prompts - len(trained)] if b[0] not in trained]
+        run.buffer = run.buffer[len(commit) :]
+        generated += new.size * c.pc_explore + len(commit) * c.pc_commit
+        for q, pilot, _ in commit:
+            trained[q] = np.concatenate([pilot, run.rewards(q, c.pc_commit)])
+        for q in new:
+            pilot = run.rewards(q, c.pc_explore)
+            if c.pc_lower <= pilot.mean() <= 1 - c.pc_upper and int(q) not in trained:
+                run.buffer.append((int(q), pilot, run.step))
+        run.rng.shuffle(run.buffer)  # buffer_sampling_method: random
+    run.buffer = [b for b in run.buffer if run.step - b[2] < c.pc_max_off_steps]
+    run.train(trained, generated, passes)
+
+
+def _step_skip(run: _Run) -> None:
+    c = run.cfg
+    taken: list[int] = []
+    skipped: list[int] = []
+    limit = int(round(c.candidates * c.batch_prompts))
+    while len(taken) < c.batch_prompts and len(taken) + len(skipped) < limit:
+        q = int(run.sampler.take(1)[0])
+        (skipped if not run.last_mixed[q] and run.rng.random() < c.skip_prob else taken).append(q)
+    taken += skipped[: c.batch_prompts - len(taken)]
+    run.train({q: run.rewards(q, c.rollouts) for q in taken}, c.batch_prompts * c.rollouts, 1)
+
+
+def _chosen(run: _Run, scores_of) -> np.ndarray:
+    c = run.cfg
+    cand = run.sampler.take(int(round(c.candidates * c.batch_prompts)))
+    cand = np.unique(cand)  # an epoch boundary inside the window can repeat a prompt
+    return cand[planner.select_by_signal(scores_of(cand), min(c.batch_prompts, cand.size), run.rng)]
+
+
+def _step_history(run: _Run) -> None:
+    c = run.cfg
+    qs = _chosen(run, lambda cand: run.history.score(cand, run.step, c.rollouts))
+    run.train({int(q): run.rewards(q, c.rollouts) for q in qs}, qs.size * c.rollouts, 1)
+
+
+def _step_history_xrpo(run: _Run) -> None:
+    c = run.cfg
+    qs = _chosen(run, lambda cand: run.history.score(cand, run.step, c.rollouts))
+    groups, passes = _planned_groups(run, qs)
+    run.train(groups, qs.size * c.rollouts, passes)
+
+
+def _step_oracle(run: _Run) -> None:
+    c = run.cfg
+    qs = _chosen(run, lambda cand: _mixed_prob(run.p[cand], c.rollouts))
+    run.train({int(q): run.rewards(q, c.rollouts) for q in qs}, qs.size * c.rollouts, 1)
+
+
+_SELECTION_STEPS = {
+    "uniform": _step_uniform,
+    "xrpo": _step_xrpo,
+    "pilot": _step_pilot,
+    "pilot_commit": _step_pilot_commit,
+    "skip": _step_skip,
+    "history": _step_history,
+    "history_xrpo": _step_history_xrpo,
+    "oracle": _step_oracle,
+}
+
+
+def simulate_selection(
+    strategy: str, cfg: SelectionConfig = SelectionConfig(), pool: PoolConfig = PoolConfig()
+) -> dict:
+    """Run one strategy for `cfg.steps` steps; the pass rates drift the same way for every strategy.
+
+    Returns:
+        {"strategy", "informative_share", "mixed_groups_per_step", "rollouts_per_step",
+         "passes_per_step", "epochs"}.
+    """
+    if strategy not in _SELECTION_STEPS:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(SELECTION_STRATEGIES)}")
+    run = _Run(cfg, pool)
+    for _ in range(cfg.steps):
+        _SELECTION_STEPS[strategy](run)
+        run.advance()
+    return {
+        "strategy": strategy,
+        "informative_share": run.informative / run.rollouts,
+        "mixed_groups_per_step": run.groups_mixed / cfg.steps,
+        "rollouts_per_step": run.rollouts / cfg.steps,
+        "passes_per_step": run.passes / cfg.steps,
+        "epochs": run.sampler.epochs + run.sampler.pos / cfg.dataset_prompts,
+    }
+
+
+def compare_selection(
+    cfg: SelectionConfig = SelectionConfig(),
+    pool: PoolConfig = PoolConfig(),
+    strategies: tuple[str, ...] = SELECTION_STRATEGIES,
+) -> dict[str, dict]:
+    """Strategies on the same dataset and drift, with each share as a ratio against uniform's."""
+    out = {s: simulate_selection(s, cfg, pool) for s in strategies}
+    base = (
+        out["uniform"]["informative_share"]
+        if "uniform" in out
+        else simulate_selection("uniform", cfg, pool)["informative_share"]
+    )
+    for r in out.values():
+        r["share_ratio_vs_uniform"] = r["informative_share"] / base
+    return out
+
+
+# The protocols the issue's study runs, fixed before its first run (docs/algorithms.md, selection):
+# the testbed as set C runs it (4,096 prompts, each seen about once), its multi-epoch protocol
+# (128 prompts, 64 steps: four epochs of GRPO), and a cluster run (DAPO-Math-17k at 512 x 16 for
+# 300 steps: nine epochs) on the DAPO-shaped pool.
+TESTBED_POOL = PoolConfig(hard_frac=0.34, easy_frac=0.09)  # 30% never and 11% always solved in 8 (P1)
+PROTOCOLS: dict[str, tuple[SelectionConfig, PoolConfig]] = {
+    "testbed": (SelectionConfig(dataset_prompts=4096, batch_prompts=8, rollouts=8, steps=50), TESTBED_POOL),
+    "testbed_epochs": (SelectionConfig(dataset_prompts=128, batch_prompts=8, rollouts=8, steps=64), TESTBED_POOL),
+    "cluster": (
+        SelectionConfig(
+            dataset_prompts=17000,
+            batch_prompts=512,
+            rollouts=16,
+            steps=300,
+            pilot_rollouts=4,
+            pc_explore=4,
+            pc_commit=12,
+        ),
+        PoolConfig(),
+    ),
+}
+
+
+def selection_table(protocol: str, seeds=range(5), strategies=SELECTION_STRATEGIES, **overrides) -> dict[str, dict]:
+    """Mean and SD over seeds of each strategy's figures on one protocol, `overrides` applied to it."""
+    cfg, pool = PROTOCOLS[protocol]
+    runs = [compare_selection(replace(cfg, seed=s, **overrides), pool, strategies) for s in seeds]
+    out = {}
+    for s in strategies:
+        out[s] = {}
+        for key in (
+            "informative_share",
+            "share_ratio_vs_uniform",
+            "mixed_groups_per_step",
+            "rollouts_per_step",
+            "passes_per_step",
+        ):
+            vals = np.array([r[s][key] for r in runs])
+            out[s][key] = float(vals.mean())
+            out[s][key + "_sd"] = float(vals.std(ddof=1)) if vals.size > 1 else 0.0
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
     import json
 
-    print(json.dumps(compare(), indent=1))
-    print(json.dumps({str(k): v for k, v in lambda_sweep().items()}, indent=1))
+    ap = argparse.ArgumentParser(description="Where the rollout budget lands (planner_sim).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("planner", help="the within-step planner against uniform and DAPO (one batch of B prompts)")
+    sel = sub.add_parser("selection", help="which prompts a step trains, over a multi-epoch run")
+    sel.add_argument("--protocol", choices=list(PROTOCOLS), default="testbed_epochs")
+    sel.add_argument("--seeds", type=int, default=5)
+    sel.add_argument("--strategies", nargs="+", default=list(SELECTION_STRATEGIES))
+    sel.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="SelectionConfig overrides")
+    sel.add_argument("--json", help="write the table here too")
+    args = ap.parse_args(argv)
+    if args.cmd == "planner":
+        print(json.dumps(compare(), indent=1))
+        print(json.dumps({str(k): v for k, v in lambda_sweep().items()}, indent=1))
+        return
+    overrides = {}
+    for item in args.set:
+        name, value = item.split("=", 1)
+        kind = type(getattr(SelectionConfig(), name))
+        overrides[name] = kind(value)
+    table = selection_table(args.protocol, range(args.seeds), tuple(args.strategies), **overrides)
+    print(f"protocol {args.protocol} {overrides or ''}, {args.seeds} seeds (mean ± SD)")
+    print("| strategy | share in mixed groups | vs uniform | mixed groups / step | rollouts / step | passes / step |")
+    print("|---|---|---|---|---|---|")
+    for s, r in table.items():
+        print(
+            f"| {s} | {r['informative_share']:.3f} ± {r['informative_share_sd']:.3f} | "
+            f"{r['share_ratio_vs_uniform']:.2f} ± {r['share_ratio_vs_uniform_sd']:.2f} | "
+            f"{r['mixed_groups_per_step']:.1f} | {r['rollouts_per_step']:.0f} | {r['passes_per_step']:.2f} |"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"protocol": args.protocol, "overrides": overrides, "table": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
