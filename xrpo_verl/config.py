@@ -328,8 +328,8 @@ class EmbedderConfig(Config):
     batch_size: int = option(256, "Encoder batch size. [I]")
     index: Literal["flat", "ivf", "hnsw"] = option(
         "flat",
-        "FAISS index of the ICL corpus: exact inner product, or IVF/HNSW past ~1e5 prompts "
-        "(benchmarks/RESULTS.md). [I]",
+        "FAISS index of the ICL corpus: exact inner product, or IVF/HNSW for a corpus too large to search "
+        "exactly (where they pay: benchmarks/RESULTS.md, FAISS scaling). [I]",
     )
     use_gpu: Literal["auto", "never", "always"] = option(
         "auto", "Put the ICL corpus's FAISS index on GPU: auto when faiss.get_num_gpus() > 0. [I]"

@@ -8,8 +8,9 @@ import signal
 from ..verdict import Limits, RunResult, RunStatus, Verdict
 
 CPU_KILL_FRACTION = 0.8
-"""A SIGKILL after at least this share of the CPU limit is the limit's kill (TLE): a C++ busy loop
-at a 1 s limit was killed with 0.897 s accounted on a loaded machine (CI)."""
+"""A SIGKILL after at least this share of the CPU limit is the limit's kill (TLE): on a loaded
+machine the CPU time accounted to a busy loop killed at its limit can fall short of the limit, as
+seen in CI; a share this high is still no other kill's."""
 
 RUNTIME_SLACK_MB = 64
 """Added to the problem's memory limit for the address-space cap: the interpreter and libc map

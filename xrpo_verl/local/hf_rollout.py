@@ -39,17 +39,17 @@ BACKEND_NAME = "hf"
 ADAPTER_PATH = "xrpo_verl.local.hf_rollout.HFServerAdapter"
 # A batch closes once no request has arrived for BATCH_QUIET_S (or BATCH_MAX_WAIT_S after its
 # first request). The agent loop submits a step's prompts concurrently, but each one first goes
-# through a tokenizer thread and the load balancer actor, so on a busy machine they trickle in over
-# more than a fixed 20 ms window: that split each step into two or three `generate` calls, each
-# paying the full number of decoding steps. Waiting for a quiet gap costs at most one gap per call.
+# through a tokenizer thread and the load balancer actor, so on a busy machine they trickle in: a
+# fixed window split a step into several `generate` calls, each paying the full number of decoding
+# steps. Waiting for a quiet gap costs at most one gap per call.
 BATCH_QUIET_S = 0.05
 BATCH_MAX_WAIT_S = 1.0
 # A batch is left-padded to its longest prompt, and prefill pays for every padded position: one ICL
-# prompt (two worked examples, ~200 tokens) among plain ones (~16) made every row of its `generate`
-# call ~12x wider. So a batch is cut into calls of similar prompt lengths when that saves more than
-# the extra call costs. A call's fixed cost (the decoding loop's per-step overhead) is about what
-# this many padded prompt positions cost on the tiny model (`generate` of 8-64 rows x 16-200 tokens,
-# 32 new tokens, 1 thread: ~0.15 s a call, ~0.27 ms a position).
+# prompt (worked examples) among plain ones made every row of its `generate` call as wide as the
+# ICL prompt. So a batch is cut into calls of similar prompt lengths when that saves more than the
+# extra call costs. A call's fixed cost (the decoding loop's per-step overhead) is about what this
+# many padded prompt positions cost on the tiny model: the ratio of the two, fitted on `generate`
+# calls of 8-64 rows x 16-200 prompt tokens (RESULTS.md, "Step cost", the hf path).
 CALL_COST_POSITIONS = 512
 
 

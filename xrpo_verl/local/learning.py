@@ -61,7 +61,8 @@ def heldout_problems(setting: LearningSetting = LearningSetting(), n: int | None
     """The held-out sums, extended to `n` with more sums that are not in the training set either.
 
     The final before/after measurement uses more problems than verl's in-run validation, because
-    greedy answers are 0/1 per problem: on 100 sums a +0.10 greedy change is only ~2 SE.
+    greedy answers are 0/1 per problem, so the standard error of a greedy change shrinks only as
+    the square root of the number of problems.
     """
     train, heldout = addition.train_and_heldout(
         setting.n_train, setting.n_heldout, setting.data_seed, setting.model.addition
@@ -165,7 +166,7 @@ def _sample(model, tokenizer, problems, config, reps: int, chunk: int) -> list[l
     import torch
 
     texts: list[list[str]] = []
-    for at in range(0, len(problems), chunk):  # padded batches past ~100 cost more than they share
+    for at in range(0, len(problems), chunk):  # past a size, a padded batch costs more than it shares
         part = problems[at : at + chunk]
         enc = tokenizer(
             [tiny_model.chat_prompt(p.question) for p in part],

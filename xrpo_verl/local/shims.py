@@ -17,8 +17,10 @@ from xrpo_verl.verl_adapters.after_import import after_import
 from xrpo_verl.verl_adapters.micro_batches import cut_by_padding
 from xrpo_verl.verl_adapters.verl_internals import PINNED_VERL as SUPPORTED_VERL
 
-# The V1 ReplayBuffer polls TransferQueue every 2 s (trainer/ppo/v1/replay_buffer.py:144,409),
-# which would dominate a ~1 s CPU step. 0.05 s keeps the poll cheap and the step short.
+# The V1 ReplayBuffer polls TransferQueue every 2 s (trainer/ppo/v1/replay_buffer.py:144,409), a
+# period sized for GPU steps: a CPU step of the tiny models would mostly wait for the next poll
+# (RESULTS.md, "CPU step"). A poll is cheap, so a short interval ends the wait soon after the data
+# is there.
 CPU_POLL_INTERVAL_S = 0.05
 
 # Environment that verl reads before the shims can act; `register.py` sets these defaults.

@@ -57,8 +57,8 @@ def padding_share(lengths: Sequence[int], micro: int) -> float:
 
 
 # What one more micro-batch costs the actor (its forward and backward calls), in padded positions
-# of the tiny CPU models: cutting a 64-row step into 16 micro-batches instead of 4 added about
-# as much time as ~100 positions a call (RESULTS.md, "Step cost").
+# of the tiny CPU models: measured by cutting one step into more micro-batches and comparing the
+# added time with what a padded position costs (RESULTS.md, "Step cost").
 MICRO_BATCH_CALL_POSITIONS = 128
 
 
