@@ -95,3 +95,17 @@ def test_every_setting_of_ours_has_help_with_a_provenance_tag():
             assert help_, f"{cls.__name__}.{f.name} has no help"
             if not issubclass(f.type if isinstance(f.type, type) else object, C.Config) and "[" not in help_:
                 assert "." in help_, f"{cls.__name__}.{f.name}: {help_!r}"
+
+
+def test_the_sandbox_settings_have_help_and_are_in_the_reference():
+    """The sandbox's configs are no `Config`s (it imports nothing of ours), but the page covers them too."""
+    from xrpo_verl.config_reference import SANDBOX_SECTIONS
+
+    classes = [cls for _, _, group in SANDBOX_SECTIONS for cls in group]
+    assert [cls.__name__ for cls in classes] == ["BwrapConfig", "DockerConfig"]
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+    for cls in classes:
+        assert f"## `{cls.__name__}`" in doc
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help", "").endswith("."), f"{cls.__name__}.{f.name} has no help"
+            assert f"| `{f.name}` |" in doc

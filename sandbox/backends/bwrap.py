@@ -48,13 +48,17 @@ _SPAWN_TOOLS = {name: shutil.which(name, path="/usr/bin:/bin") for name in ("das
 _PRLIMIT_NAMES = {resource.RLIMIT_AS: "as", resource.RLIMIT_STACK: "stack", resource.RLIMIT_CPU: "cpu"}
 _PRLIMIT_NAMES |= {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_CORE: "core"}
 _PRLIMIT_NAMES |= {resource.RLIMIT_NOFILE: "nofile"}
+_CACHE_DIR = "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox")
 
 
 @dataclass
 class BwrapConfig:
     """The bubblewrap backend: its slots, their uids, sizes and host dirs."""
 
-    workers: int = option(max(1, os.cpu_count() or 1), "Concurrent sessions (slots); each has its own uid.")
+    workers: int = option(
+        help="Concurrent sessions (slots); each has its own uid. Default: the host's CPU count.",
+        factory=lambda: max(1, os.cpu_count() or 1),
+    )
     uid_base: int = option(
         60000, "Slots run as uids leased from [uid_base, uid_base + uid_span); keep the range free of real users."
     )
@@ -65,8 +69,9 @@ class BwrapConfig:
     work_mb: int = option(512, "Size of the tmpfs /work of a batch (as Docker's /work), in MiB.")
     work_root: str | None = option(None, "Where session work dirs are created on the host (None: the system temp dir).")
     cache_dir: str = option(
-        "/var/cache/xrpo-sandbox" if os.geteuid() == 0 else os.path.expanduser("~/.cache/xrpo-sandbox"),
-        "Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it.",
+        help="Host dir for the precompiled header (built on first C++ use); sandbox uids must be able to read it. "
+        "Default: /var/cache/xrpo-sandbox as root, else ~/.cache/xrpo-sandbox.",
+        factory=lambda: _CACHE_DIR,
     )
     lock_dir: str | None = option(
         None, "Dir of the per-uid lock files (None: /run/xrpo-sandbox as root, else under cache_dir)."

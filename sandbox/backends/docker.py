@@ -70,7 +70,10 @@ finally:
 class DockerConfig:
     """The Docker backend: its pool of containers, their limits and uids."""
 
-    workers: int = option(max(1, os.cpu_count() or 1), "Warm containers kept in the pool (concurrent sessions).")
+    workers: int = option(
+        help="Warm containers kept in the pool (concurrent sessions). Default: the host's CPU count.",
+        factory=lambda: max(1, os.cpu_count() or 1),
+    )
     memory_mb: int = option(4096, "Container memory cap (memory and swap), covering the compiler and any one test.")
     pids_limit: int = option(128, "Processes and threads per container (pids cgroup).")
     cpus: float = option(1.0, "CPU quota per container, in cores.")

@@ -10,24 +10,21 @@ import os
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from xrpo_verl.config import Config, option
+
 Backend = Literal["auto", "vllm", "hf"]
 BACKENDS = ("auto", "vllm", "hf")
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
+class SamplingConfig(Config):
     """Decoding for evaluation (ExTra's val_kwargs: T = 0.7, top_p = 0.9)."""
 
-    k: int = 16
-    """samples per problem (pass@k, cons@k need k >= the largest reported k)"""
-    temperature: float = 0.7
-    """sampling temperature; 0 means greedy (then all k samples are equal)"""
-    top_p: float = 0.9
-    """nucleus mass"""
-    max_new_tokens: int = 4096
-    """response token cap"""
-    seed: int = 0
-    """base seed; problem i uses seed + i"""
+    k: int = option(16, "Samples per problem (pass@k and cons@k need k >= the largest reported k). [I]")
+    temperature: float = option(0.7, "Sampling temperature; 0 means greedy (then all k samples are equal). [C]")
+    top_p: float = option(0.9, "Nucleus mass. [C]")
+    max_new_tokens: int = option(4096, "Response token cap. [I]")
+    seed: int = option(0, "Base seed; problem i uses seed + i. [I]")
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.max_new_tokens < 1:

@@ -15,39 +15,38 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from xrpo_verl.config import option
+
 
 @dataclass(frozen=True)
 class ScoreResult:
     """A scored response; the keys and types of its `reward_extra_info`."""
 
-    score: float
-    """the reward the policy is trained on"""
-    acc: float
-    """1.0 iff verified fully correct (math: the answer verified equal; code: AC); a custom float scorer's score"""
-    pred: str = ""
-    """the extracted final answer (math), '' otherwise"""
-    verdict: str = ""
-    """the scorer's verdict: math `correct`/`wrong`/..., code AC/WA/.../no_code; '' for a custom scorer"""
-    reason: str = ""
-    """why the verdict, when it is not the plain one (no answer found, a time-out, ...)"""
-    passed: int = 0
-    """code: tests passed"""
-    total: int = 0
-    """code: tests of the problem"""
-    language: str = ""
-    """code: the language of the judged block"""
-    sandbox_s: float = 0.0
-    """code: seconds inside the sandbox, all attempts (0 for a row that never reached it)"""
-    sandbox_start: float = 0.0
-    """code: wall-clock epoch seconds when the first attempt began"""
-    sandbox_end: float = 0.0
-    """code: wall-clock epoch seconds when the last attempt returned"""
-    attempts: int = 0
-    """code: judge calls (more than one: a sandbox error was retried)"""
-    memo_hit: float = 0.0
-    """code: 1.0 when the verdict is that of the same program judged for another row (no sandbox run)"""
-    received_at: float = 0.0
-    """epoch seconds when the reward manager received the response, just after its generation ended"""
+    score: float = option(help="The reward the policy is trained on.")
+    acc: float = option(
+        help="1.0 iff verified fully correct (math: the answer verified equal; code: AC); "
+        "a custom float scorer's score."
+    )
+    pred: str = option("", "The extracted final answer (math), '' otherwise.")
+    verdict: str = option(
+        "", "The scorer's verdict: math `correct`/`wrong`/..., code AC/WA/.../no_code; '' for a custom scorer."
+    )
+    reason: str = option("", "Why the verdict, when it is not the plain one (no answer found, a time-out, ...).")
+    passed: int = option(0, "Code: tests passed.")
+    total: int = option(0, "Code: tests of the problem.")
+    language: str = option("", "Code: the language of the judged block.")
+    sandbox_s: float = option(
+        0.0, "Code: seconds inside the sandbox, all attempts (0 for a row that never reached it)."
+    )
+    sandbox_start: float = option(0.0, "Code: wall-clock epoch seconds when the first attempt began.")
+    sandbox_end: float = option(0.0, "Code: wall-clock epoch seconds when the last attempt returned.")
+    attempts: int = option(0, "Code: judge calls (more than one: a sandbox error was retried).")
+    memo_hit: float = option(
+        0.0, "Code: 1.0 when the verdict is that of the same program judged for another row (no sandbox run)."
+    )
+    received_at: float = option(
+        0.0, "Epoch seconds when the reward manager received the response, just after its generation ended."
+    )
 
     @classmethod
     def of(cls, result) -> ScoreResult:
