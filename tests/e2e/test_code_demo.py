@@ -1,6 +1,6 @@
 """The CI guard on code RL: `make demo TASK=code` (XRPO through verl's V1 trainer on the tiny code
 task, `code_rl.CodeSetting`, every reward judged in bubblewrap by verl's reward-loop workers) must
-raise the held-out pass rate, as README says it does.
+raise the held-out pass rate, as docs/cpu_demo.md says it does.
 
 A change that stops learning on code (the sandbox reward, its manager, the data path, the code
 model's warm-up) fails here. The held-out pass rate is 16 programs at T = 1 on 64 problems never
