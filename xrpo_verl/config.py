@@ -157,6 +157,16 @@ class PlannerConfig(Config):
         "phased: each round waits for every rollout of the last (the paper); streaming: a prompt's next round "
         "is decided once its own rollouts are back, for engines with continuous batching (vLLM, SGLang). [I]",
     )
+    selection: Literal["batch", "history"] = option(
+        "batch",
+        "Which prompts a step trains: batch = the dataloader's B; history = the B of C*B candidates whose groups are "
+        "most likely mixed, I_q(n) from each prompt's discounted pass record (planner.py). Works with the "
+        "rounds on or off. [I] (docs/algorithms.md, prompt selection)",
+    )
+    candidates: int = option(3, "C, candidate prompts fetched per trained prompt with selection=history. [I]")
+    history_half_life: float = option(
+        0.0, "Steps after which a visit's record weighs half; 0 = one epoch of the dataset at B prompts a step. [I]"
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -165,6 +175,8 @@ class PlannerConfig(Config):
         check_range("PlannerConfig.alpha", self.alpha, lo=0, hi=1, lo_open=True, hi_open=True)
         check_range("PlannerConfig.lam", self.lam, lo=0)
         check_range("PlannerConfig.shrink_steps", self.shrink_steps, lo=1)
+        check_range("PlannerConfig.candidates", self.candidates, lo=1)
+        check_range("PlannerConfig.history_half_life", self.history_half_life, lo=0)
         if not self.n_base <= self.n_avg <= self.n_max:
             raise ValueError(
                 f"PlannerConfig needs n_base <= n_avg <= n_max, got n_base={self.n_base}, "
@@ -209,7 +221,9 @@ class ICLConfig(Config):
         None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]"
     )
     mode: Literal["with_icl", "strip_icl"] = option(
-        "with_icl", "Train ICL rows with the ICL context (on-policy) or with it stripped (off-policy ablation). [I]"
+        "with_icl",
+        "Train ICL rows with the ICL context (on-policy) or on the bare prompt (strip_icl: off-policy; pair it with "
+        "algorithm.rollout_correction.rollout_is=sequence for a truncated IS weight, docs/algorithms.md). [I]",
     )
     gate: Literal["earned", "always"] = option(
         "earned",

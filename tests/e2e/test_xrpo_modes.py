@@ -229,3 +229,35 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
     assert metrics[1]["xrpo/icl/gate_share"] == pytest.approx(0.5, abs=1e-6)  # no data yet: a fair coin
     # the hard prompts are all-fail, so some round rollouts went to one arm or the other
     assert _total(metrics, "xrpo/icl/icl_rollouts") + _total(metrics, "xrpo/icl/zero_shot_rollouts") > 0
+
+
+SELECTION = ["algorithm.xrpo.planner.selection=history", "algorithm.xrpo.planner.candidates=2"]
+
+
+@pytest.fixture(scope="module")
+def selection_run(tiny_model_dir, mixed_data, tmp_path_factory):
+    """The planner with selection=history: 4 steps fetch 2 x 4 candidates each from the 16 prompts
+    (two epochs of candidates), so the second epoch meets prompts with a record; half of them are the
+    hard, always-failed ones."""
+    out = tmp_path_factory.mktemp("selection")
+    return train("xrpo_planner", tiny_model_dir, mixed_data, out, prompts=4, steps=4, save_freq=4, extra=SELECTION)
+
+
+def test_selection_trains_the_candidates_most_likely_to_give_mixed_groups(selection_run):
+    run, metrics = selection_run
+    assert sorted(metrics) == [1, 2, 3, 4]
+    for m in metrics.values():
+        assert m["xrpo/select/candidates"] == 8 and m["xrpo/prompts/base"] == 4
+        assert m["xrpo/select/recorded"] == 4  # every trained prompt's bare rollouts are folded in
+        assert m["xrpo/select/score_trained"] >= m["xrpo/select/score_passed_over"]
+        assert m["xrpo/alloc/n_q/mean"] == 4  # the budget is GRPO's: B x n
+        assert 0 <= m["xrpo/groups/mixed"] <= 4
+    assert metrics[1]["xrpo/select/trained_with_record"] == 0  # nothing is known at the first step
+    # the second epoch: candidates with a record, the all-fail ones ranked below the prior
+    late = [metrics[s] for s in (3, 4)]
+    assert sum(m["xrpo/select/trained_with_record"] for m in late) > 0
+    assert any(m["xrpo/select/score_trained"] > m["xrpo/select/score_passed_over"] for m in late)
+    saved = state(run, 4)["components"]["prompt_selector"]
+    assert len(saved["keys"]) == metrics[4]["xrpo/select/prompts_tracked"] <= TRAIN_SET
+    assert saved["capacity"] == TRAIN_SET and saved["half_life"] == TRAIN_SET / 4  # one epoch at 4 a step
+    assert float(saved["successes"].sum() + saved["failures"].sum()) > 0

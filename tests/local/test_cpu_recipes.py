@@ -19,6 +19,9 @@ PARTS = {
     "extra_n": (False, False, False, True, False),
     "extra_r": (False, False, False, False, True),
     "xrpo_extra": (True, True, True, True, True),
+    "xrpo_select": (True, True, True, False, False),
+    "xrpo_bare_icl": (True, True, True, False, False),
+    "xrpo_select_bare_icl": (True, True, True, False, False),
 }
 
 
@@ -50,3 +53,19 @@ def test_dapo_recipe_is_grpo_with_verls_dynamic_sampling():
     dapo = launch.trainer_command(run, launch.load_recipe("dapo"))
     assert dapo[: len(grpo)] == grpo  # verl's own config, GRPO's settings, then the filter
     assert set(dapo[len(grpo) :]) == {"algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward"}
+
+
+def test_the_study_arms_of_issue_46_differ_from_xrpo_only_where_their_names_say():
+    """XRPO with prompt selection, with bare-prompt ICL (ICL rows trained without the examples,
+    weighted by verl's truncated sequence IS weight), and with both."""
+    base = launch.compose_recipe("xrpo")
+    select, bare = launch.compose_recipe("xrpo_select"), launch.compose_recipe("xrpo_bare_icl")
+    both = launch.compose_recipe("xrpo_select_bare_icl")
+    assert base.algorithm.xrpo.planner.selection == "batch" and base.algorithm.xrpo.icl.mode == "with_icl"
+    assert select.algorithm.xrpo.planner.selection == "history"
+    assert (bare.algorithm.xrpo.icl.mode, bare.algorithm.rollout_correction.rollout_is) == ("strip_icl", "sequence")
+    assert both.algorithm.xrpo.planner.selection == "history" and both.algorithm.xrpo.icl.mode == "strip_icl"
+    select.algorithm.xrpo.planner.selection = "batch"
+    assert select == base
+    both.algorithm.xrpo.planner.selection = "batch"
+    assert both == bare

@@ -1,14 +1,19 @@
 """The step metrics that count what a mechanism did, from the step's own batch."""
 
+import numpy as np
+import pytest
 import torch
 
 from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.step_metrics import (
     allocation_metrics,
+    group_signal_metrics,
     icl_gate_metrics,
     icl_metrics,
+    icl_reliance_metrics,
     prefix_mask_metrics,
+    selection_metrics,
     signal_metrics,
 )
 
@@ -77,3 +82,62 @@ def test_allocation_metrics_are_over_the_groups_given():
         "xrpo/alloc/n_q/min": 2.0,
         "xrpo/alloc/n_q/max": 6.0,
     }
+
+
+def _view_of(uids, kinds, correct, old_lp, valid=None):
+    """One token per response unless old_lp rows are longer; mask 1 on every token."""
+    old = torch.tensor(old_lp, dtype=torch.float32)
+    B, T = old.shape
+    acc = torch.tensor([1.0 if c else 0.0 for c in correct])
+    rm = torch.zeros(B, T)
+    rm[:, 0] = acc
+    return BatchView(
+        uids=uids,
+        keys=uids,
+        kinds=kinds,
+        raw_prompts=[None] * B,
+        responses=[torch.arange(T) for _ in range(B)],
+        prompts=None,
+        entropy=None,
+        mask=torch.ones(B, T),
+        rm_scores=rm,
+        old_log_probs=old,
+        valid=torch.tensor(valid if valid is not None else [True] * B),
+        acc=acc,
+    )
+
+
+def test_group_signal_metrics_count_mixed_bare_groups_and_their_rollouts():
+    view = _view_of(
+        ["a", "a", "a", "b", "b", "c", "c"],
+        ["base", "base", "icl", "base", "round", "base", "base"],
+        [True, False, True, True, True, False, True],
+        [[0.0]] * 7,
+        valid=[True, True, True, True, True, True, False],  # c's second row is padding
+    )
+    # a: base rows mixed (the ICL row does not count); b: all correct; c: one valid row
+    assert group_signal_metrics(view) == {"xrpo/groups/mixed": 1.0, "xrpo/groups/mixed_rollout_share": 2 / 5}
+
+
+def test_selection_metrics_compare_the_trained_with_the_passed_over():
+    m = selection_metrics(np.array([0.9, 0.2, 0.6, 0.4]), np.array([0, 2]), np.array([True, True, False, False]), 7)
+    assert m["xrpo/select/candidates"] == 4 and m["xrpo/select/prompts_tracked"] == 7
+    assert m["xrpo/select/score_trained"] == pytest.approx(0.75)
+    assert m["xrpo/select/score_passed_over"] == pytest.approx(0.3)
+    assert m["xrpo/select/trained_with_record"] == 1
+
+
+def test_icl_reliance_is_the_log_likelihood_the_examples_add_to_a_correct_hinted_response():
+    # row 0: a correct ICL row, 2 tokens; under the examples (rollout) log p = -1 per token, bare -3
+    view = _view_of(
+        ["a", "a", "b"], ["icl", "icl", "base"], [True, False, True], [[-3.0, -3.0], [-5.0, -5.0], [-2.0, -2.0]]
+    )
+    rollout = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-2.0, -1.9]])
+    m = icl_reliance_metrics(view, rollout, "strip_icl")
+    assert m["xrpo/icl/reliance_rows"] == 1  # the wrong ICL row is no success
+    assert m["xrpo/icl/reliance_seq"] == pytest.approx(4.0)
+    assert m["xrpo/icl/reliance_token"] == pytest.approx(2.0)
+    assert m["xrpo/icl/reliance_floor_token"] == pytest.approx(0.05)  # the engine-trainer mismatch
+    # with_icl never scores y under the bare prompt, and no log-probs mean nothing to measure: zero
+    assert set(icl_reliance_metrics(view, rollout, "with_icl").values()) == {0.0}
+    assert set(icl_reliance_metrics(view, None, "strip_icl").values()) == {0.0}

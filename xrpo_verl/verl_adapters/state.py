@@ -1,4 +1,5 @@
-"""Plugin state that must survive a checkpoint: ICL corpus, novelty memory, prefix memory, guided queue.
+"""Plugin state that must survive a checkpoint: ICL corpus, novelty memory, prefix memory, guided queue,
+prompt history.
 
 Saved as `{default_local_dir}/global_step_{N}/xrpo/state.pkl` *before* verl writes
 `latest_checkpointed_iteration.txt`, so a checkpoint that verl would resume from always holds it.
@@ -17,9 +18,10 @@ from xrpo_verl.verl_adapters.config import PluginSettings
 
 STATE_DIR = "xrpo"
 STATE_FILE = "state.pkl"
-STATE_VERSION = 3  # 2: a guided prompt carries its dataset row (no separate guided_rows); 3: the ICL gate
+STATE_VERSION = 4  # 2: a guided prompt carries its dataset row (no separate guided_rows); 3: the ICL gate;
+# 4: the prompt history of selection=history
 # components added after version 2: a checkpoint of an older version starts them empty
-ADDED_IN = {"icl_gate": 3}
+ADDED_IN = {"icl_gate": 3, "prompt_selector": 4}
 
 
 class PluginState:
@@ -41,6 +43,7 @@ class PluginState:
         self.guided_queue = None
         self.reward_var = None
         self.icl_gate = None
+        self.prompt_selector = None  # built by `build_prompt_selector` once the dataset's size is known
         self.counters: dict[str, int] = {"icl_triggers": 0, "icl_flips": 0, "guided_injected": 0}
         self._build()
 
@@ -82,6 +85,16 @@ class PluginState:
             self.prefix_memory = PrefixMemory(capacity=s.extra.prefix.max_prefixes_per_prompt)
             self.guided_queue = GuidedQueue(capacity=s.extra.prefix.queue_size)
 
+    def build_prompt_selector(self, dataset_prompts: int, batch_prompts: int) -> None:
+        """The prompt history of selection=history, sized by the dataset (called when it is loaded)."""
+        p = self.settings.xrpo.planner
+        if p.selection != "history":
+            return
+        from xrpo_verl.verl_adapters.selection import PromptSelector
+
+        half_life = p.history_half_life or dataset_prompts / batch_prompts  # 0: one epoch at B a step
+        self.prompt_selector = PromptSelector(dataset_prompts, half_life=half_life)
+
     def _components(self) -> dict[str, Any]:
         return {
             "corpus": self.corpus,
@@ -90,6 +103,7 @@ class PluginState:
             "guided_queue": self.guided_queue,
             "reward_var": self.reward_var,
             "icl_gate": self.icl_gate,
+            "prompt_selector": self.prompt_selector,
         }
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -102,8 +116,10 @@ class PluginState:
 
     def load_state_dict(self, d: dict) -> None:
         version = d.get("version")
-        if version not in (2, STATE_VERSION):
-            raise ValueError(f"xrpo plugin state version {version!r} is not supported (expected 2 or {STATE_VERSION})")
+        if version not in (2, 3, STATE_VERSION):
+            raise ValueError(
+                f"xrpo plugin state version {version!r} is not supported (expected 2, 3 or {STATE_VERSION})"
+            )
         for name, component in self._components().items():
             saved = d["components"].get(name)
             if component is None:

@@ -49,6 +49,69 @@ def allocation_metrics(group_sizes: Sequence[int]) -> dict[str, float]:
     return {"xrpo/alloc/n_q/mean": sizes.mean(), "xrpo/alloc/n_q/min": sizes.min(), "xrpo/alloc/n_q/max": sizes.max()}
 
 
+def selection_metrics(score: np.ndarray, chosen: np.ndarray, seen_before: np.ndarray, known: int) -> dict[str, float]:
+    """selection=history this step: I_q(n) of the trained and the passed-over candidates, and how many
+    of the trained prompts had a record, and the prompts the selector tracks (`selection.PromptSelector`)."""
+    score = np.asarray(score, dtype=float)
+    kept = np.zeros(score.size, dtype=bool)
+    kept[np.asarray(chosen, dtype=np.int64)] = True
+    return {
+        "xrpo/select/candidates": float(score.size),
+        "xrpo/select/score_trained": float(score[kept].mean()) if kept.any() else 0.0,
+        "xrpo/select/score_passed_over": float(score[~kept].mean()) if (~kept).any() else 0.0,
+        "xrpo/select/trained_with_record": float(np.asarray(seen_before)[kept].sum()),
+        "xrpo/select/prompts_tracked": float(known),
+    }
+
+
+def group_signal_metrics(view: BatchView) -> dict[str, float]:
+    """The bare prompts' groups this step (base and round rows; ICL and guided rows apart): how many
+    have mixed verified outcomes, the only groups with a GRPO gradient, and their share of the rollouts."""
+    groups: dict[str, list[bool]] = {}
+    for i, kind in enumerate(view.kinds):
+        if kind in ("base", "round") and bool(view.valid[i]):
+            groups.setdefault(view.uids[i], []).append(bool(view.correct[i]))
+    mixed = [g for g in groups.values() if 0 < sum(g) < len(g)]
+    rollouts = sum(len(g) for g in groups.values())
+    return {
+        "xrpo/groups/mixed": float(len(mixed)),
+        "xrpo/groups/mixed_rollout_share": sum(len(g) for g in mixed) / rollouts if rollouts else 0.0,
+    }
+
+
+def icl_reliance_metrics(view: BatchView, rollout_log_probs: torch.Tensor | None, mode: str) -> dict[str, float]:
+    """Hint reliance of this step's ICL successes (HiLL): how much less likely the correct response y
+    is without the examples, log pi(y | x, examples) - log pi(y | x), per sequence and per token.
+
+    With `icl.mode=strip_icl` both terms are at hand: the engine sampled y under the examples
+    (`rollout_log_probs`, (B, T)) and the trainer scores it under the bare prompt (`old_log_probs`).
+    `with_icl` trains under the examples, so log pi(y | x) is never computed: its rows count 0 here.
+    The same difference on the step's other rows is the engine-trainer mismatch, the floor to read
+    the reliance against.
+    """
+    zero = {
+        "xrpo/icl/reliance_rows": 0.0,
+        "xrpo/icl/reliance_seq": 0.0,
+        "xrpo/icl/reliance_token": 0.0,
+        "xrpo/icl/reliance_floor_token": 0.0,
+    }
+    if mode != "strip_icl" or rollout_log_probs is None:
+        return zero
+    diff = ((rollout_log_probs - view.old_log_probs) * view.mask).sum(-1)  # (B,)
+    tokens = view.mask.sum(-1)
+    icl = torch.tensor([k == "icl" for k in view.kinds], dtype=torch.bool) & view.valid
+    hinted = icl & view.correct
+    bare = ~icl & view.valid & view.not_guided
+    out = dict(zero)
+    if hinted.any():
+        out["xrpo/icl/reliance_rows"] = float(hinted.sum())
+        out["xrpo/icl/reliance_seq"] = float(diff[hinted].mean())
+        out["xrpo/icl/reliance_token"] = float(diff[hinted].sum() / tokens[hinted].sum().clamp(min=1))
+    if bare.any():
+        out["xrpo/icl/reliance_floor_token"] = float(diff[bare].abs().sum() / tokens[bare].sum().clamp(min=1))
+    return out
+
+
 def icl_metrics(decisions: list[ICLDecision], triggers: int, flips: int, corpus_size: int) -> dict[str, float]:
     """ICL seeding this step: triggers, flips and what the prompts held."""
     sims = [d.similarity for d in decisions if d.reason == "ok"]

@@ -106,7 +106,7 @@ class XrpoTrainer(PPOTrainerSync):
     def _rollouts(self) -> dict:
         s = self.xrpo_settings
         tic = time.perf_counter()
-        rows, scalars = R.to_rows(self._next_train_batch())
+        rows, scalars, select_metrics = self._candidate_rows()
         default_agent = self.config.actor_rollout_ref.rollout.agent.default_agent_loop
         guided = self._pop_guided(len(rows))
         base_rows = rows[: len(rows) - len(guided)]
@@ -133,6 +133,7 @@ class XrpoTrainer(PPOTrainerSync):
             if not (s.use_planner and s.xrpo.planner.schedule == "streaming"):
                 T.wait_terminal({r["uid"] for r in submit}, on_poll=in_flight.sample)
         metrics = {"xrpo/prompts/base": float(len(base)), "xrpo/guided/injected": float(len(guided))}
+        metrics.update(select_metrics)
         self.xrpo_state.counters["guided_injected"] += len(guided)
         if not s.use_icl:  # switched off: exactly zero
             metrics.update(M.icl_metrics([], 0, 0, 0))
@@ -144,6 +145,27 @@ class XrpoTrainer(PPOTrainerSync):
             metrics.update(self._planner_rounds(base, scalars, ledger, in_flight, default_agent))
         metrics.update(in_flight.metrics())
         return metrics
+
+    def _candidate_rows(self) -> tuple[list[dict], dict, dict]:
+        """The step's prompts: the dataloader's B, or with selection=history the B of C*B candidates
+        most likely to give a mixed group (`selection.PromptSelector`)."""
+        s, b = self.xrpo_settings, int(self.config.data.train_batch_size)
+        selector = self.xrpo_state.prompt_selector
+        if selector is None:
+            rows, scalars = R.to_rows(self._next_train_batch())
+            return rows, scalars, {}
+        p = s.xrpo.planner
+        candidates, scalars = R.to_rows(self._next_train_batch(p.candidates * b))
+        tic = time.perf_counter()
+        keys = [R.prompt_key(r["raw_prompt"]) for r in candidates]
+        n = p.n_avg if s.use_planner else s.rollout_n
+        rng = np.random.default_rng([int(self.config.data.get("seed", 0) or 0), int(self.global_steps)])
+        seen_before = np.array([k in selector.slots for k in keys])
+        score = selector.scores(keys, self.global_steps, n)
+        chosen = selector.choose(keys, b, self.global_steps, n, rng)
+        self._plugin_s += time.perf_counter() - tic
+        rows = [candidates[i] for i in chosen]
+        return rows, scalars, M.selection_metrics(score, chosen, seen_before, len(selector))
 
     def _planner_rounds(
         self, base: list[dict], scalars: dict, ledger: T.RolloutLedger, in_flight: T.InFlight, default_agent: str
@@ -345,7 +367,7 @@ class XrpoTrainer(PPOTrainerSync):
         tic = time.perf_counter()
         fields = ["uid", "response_mask", "rm_scores", "old_log_probs", "responses", "raw_prompt", "extra_fields"]
         fields += [R.COL_KIND, R.COL_PROMPT_KEY] + (["entropy", "prompts"] if s.use_prefix else [])
-        optional = ["rollout_log_probs"] if s.adv_estimator != "grpo" else []
+        optional = ["rollout_log_probs"] if s.adv_estimator != "grpo" or s.use_icl else []
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields + optional)
         missing = sorted(set(fields) - set(data.keys()))
         if missing:
@@ -353,6 +375,11 @@ class XrpoTrainer(PPOTrainerSync):
                 f"TransferQueue rows lack fields {missing}; some rows were not submitted by this trainer"
             )
         view = BatchView.from_tq(data, batch.tags)
+        if s.use_icl:
+            rollout_lp = (
+                data["rollout_log_probs"].to_padded_tensor(0.0).float() if "rollout_log_probs" in data.keys() else None
+            )
+            metrics.update(M.icl_reliance_metrics(view, rollout_lp, s.xrpo.icl.mode))
         if s.adv_estimator == "grpo":
             metrics.update(M.signal_metrics(None))  # sharpening and novelty are off: exactly zero
             metrics.update({"xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0})
@@ -405,6 +432,14 @@ class XrpoTrainer(PPOTrainerSync):
 
     def _update_memories(self, view: BatchView, metrics: dict) -> None:
         s = self.xrpo_settings
+        metrics.update(M.group_signal_metrics(view))
+        if self.xrpo_state.prompt_selector is not None:
+            # the bare prompt's record: its own rollouts, not those shown examples (icl) or a prefix (guided)
+            bare = [i for i, k in enumerate(view.kinds) if k in ("base", "round") and bool(view.valid[i])]
+            recorded = self.xrpo_state.prompt_selector.record(
+                [view.keys[i] for i in bare], view.correct[bare].tolist(), self.global_steps
+            )
+            metrics["xrpo/select/recorded"] = float(recorded)
         if s.use_icl:
             successes: dict[str, icl_lib.ICLExample] = {}
             for i in np.flatnonzero((view.correct & view.not_guided).numpy()):
@@ -444,6 +479,10 @@ class XrpoTrainer(PPOTrainerSync):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     # ------------------------------------------------------------------ 4. metrics and checkpoints
+    def on_init_end(self):
+        super().on_init_end()
+        self.xrpo_state.build_prompt_selector(len(self.train_dataset), int(self.config.data.train_batch_size))
+
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         step_s = timing_raw.get("step", 0.0)
