@@ -20,29 +20,36 @@ and the test checks the run against it:
   verdict SE and the run completes (xrpo_verl/rewards/code.py: SE is retried, else the run stops,
   never scored 0); the retry is seen in the trainer log or the logged retries;
 - nothing is left behind: no sandbox process, container, held uid lease or temp dir (Ray ends the
-  reward worker without atexit; on Docker the pool's reaper cleans up after it);
+  reward worker without atexit; on Docker the pool's reaper cleans up after it). The run's sandboxes
+  use resources of its own (`reward_kwargs.code.backend_options`): a block of uids reserved for it
+  host-wide and a work root of its own, and only those are checked, so the sandboxes of tests that
+  another xdist worker runs meanwhile can neither fail the check nor be killed by it;
 - ExTra (bubblewrap run): no planner, ICL and sharpening log exactly 0, and the all-fail prompts of
   step 1 (the planted ones among them) come back at step 2 as guided rows with masked prefixes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from sandbox.backends.bwrap import bwrap_available
+from sandbox.backends.bwrap import BwrapConfig, bwrap_available
 from sandbox.backends.docker import LABEL, docker_available
+from sandbox.backends.uids import default_lock_dir, lock_path
 from xrpo_verl.local import code_rl, code_task, launch
 from xrpo_verl.local.launch import read_metrics
 from xrpo_verl.rewards.code import VERDICTS, CodeRewardConfig, compute_score
@@ -59,53 +66,126 @@ def _unavailable(backend: str) -> str | None:
     return bwrap_available() if backend == "bwrap" else docker_available()
 
 
-def _containers() -> set[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True, text=True, check=False
-    )
-    return set(out.stdout.split())
+# Blocks of uids for the runs of this file, one reserved per run (see _reserve_uids): outside the
+# backends' default ranges (60000-61999) and the ranges other tests name, so only this run's
+# sandboxes ever run as them.
+UID_BLOCKS, UID_SPAN = range(62000, 64048, 256), 256
 
 
-def _sandbox_state() -> dict[str, set]:
-    """What a sandbox run leaves if it leaks: temp dirs, processes, containers, held uid locks."""
-    tmp = tempfile.gettempdir()
-    dirs = {
-        p for pattern in ("xrpo-sbx-*", "xrpo-job-*", "xrpo-docker-*") for p in glob.glob(os.path.join(tmp, pattern))
-    }
-    procs = set()
-    for pid in os.listdir("/proc"):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if pid.isdigit() and os.path.basename(cmd) == b"bwrap":
-            procs.add(pid)
-    held = set()
-    for lock in glob.glob(os.path.expanduser("~/.cache/xrpo-sandbox/**/uid-*.lock"), recursive=True) + glob.glob(
-        "/run/xrpo-sandbox/uid-*.lock"
-    ):
-        with open(lock, "a") as f:
+@dataclass
+class OwnSandbox:
+    """What the run's sandboxes may use: uids [base, base + span) leased through the host-wide lock
+    dir, and a work root for their work, job and pool dirs. Its state is what the run leaks."""
+
+    base: int
+    lock_dir: str
+    work_root: str
+    span: int = UID_SPAN
+
+    @property
+    def uids(self) -> range:
+        return range(self.base, self.base + self.span)
+
+    def backend_options(self) -> str:
+        """The Hydra override that gives the reward workers' sandboxes these resources."""
+        opts = f"uid_base:{self.base},uid_span:{self.span},lock_dir:'{self.lock_dir}',work_root:'{self.work_root}'"
+        return f"+reward.reward_kwargs.code.backend_options={{{opts}}}"
+
+    def lock_files(self) -> list[str]:
+        return [p for uid in self.uids if os.path.exists(p := lock_path(self.lock_dir, uid))]
+
+    def containers(self) -> set[str]:
+        if shutil.which("docker") is None:
+            return set()
+        fmt = f'{{{{.ID}}}} {{{{.Label "{LABEL}.uid"}}}}'
+        out = subprocess.run(
+            ["docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", fmt],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        rows = (line.split() for line in out.stdout.splitlines())
+        return {row[0] for row in rows if len(row) == 2 and row[1].isdigit() and int(row[1]) in self.uids}
+
+    def state(self) -> dict[str, set]:
+        """Temp dirs (in the work root, or named by one of the uids in the system temp dir),
+        processes (running as one of the uids, or naming the work root: bwrap, Docker's reaper),
+        held uid locks, containers (labelled with one of the uids)."""
+        tmp = tempfile.gettempdir()
+        dirs = {os.path.join(self.work_root, name) for name in os.listdir(self.work_root)}
+        dirs |= {
+            p
+            for uid in self.uids
+            for kind in ("sbx", "job")
+            for p in glob.glob(os.path.join(tmp, f"xrpo-{kind}-{uid}-*"))
+        }
+        procs = set()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(f, fcntl.LOCK_UN)
+                owner = os.stat(f"/proc/{pid}").st_uid
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
-                held.add(lock)
-    containers = _containers() if docker_available() is None else set()
-    return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": containers}
+                continue
+            if owner in self.uids or self.work_root.encode() in cmdline:
+                command = cmdline.replace(b"\0", b" ").decode(errors="replace")[:200]
+                procs.add(f"{pid} (uid {owner}): {command}")
+        held = set()
+        for lock in self.lock_files():
+            with open(lock, "a") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                except OSError:
+                    held.add(lock)
+        return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": self.containers()}
+
+
+@contextlib.contextmanager
+def _reserve_uids():
+    """An OwnSandbox for this run: the first block of UID_BLOCKS whose reservation lock (a file
+    beside the uid locks of the host-wide lock dir) this process gets, held until the run is
+    checked, so a second run of this file on the host takes another block. The uids themselves are
+    still leased through the host-wide lock dir, so no other process can ever run as them."""
+    lock_dir = default_lock_dir(BwrapConfig().cache_dir)
+    os.makedirs(lock_dir, mode=0o755, exist_ok=True)
+    work_root = tempfile.mkdtemp(prefix="xrpo-e2e-code-rl-")  # the sandbox uids must pass through it:
+    os.chmod(work_root, 0o711)  # pytest's own tmp dirs are 0700
+    for base in UID_BLOCKS:
+        fd = os.open(os.path.join(lock_dir, f"e2e-code-rl-{base}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            own = OwnSandbox(base, lock_dir, work_root)
+            # the block is ours: the free lock files of an earlier run go, so those after the run
+            # show its own leases (a held one stays, and fails the check)
+            for lock in set(own.lock_files()) - own.state()["held uid locks"]:
+                os.unlink(lock)
+            yield own
+        finally:
+            os.close(fd)
+            shutil.rmtree(work_root, ignore_errors=True)
+        return
+    shutil.rmtree(work_root, ignore_errors=True)
+    pytest.fail(f"every uid block {list(UID_BLOCKS)} is reserved by another run of this file")
 
 
 class ContainerKiller(threading.Thread):
     """Kills the run's sandbox containers `times` times, `gap_s` apart, once they exist."""
 
-    def __init__(self, before: set[str], times: int = 2, gap_s: float = 8.0):
+    def __init__(self, own: OwnSandbox, times: int = 2, gap_s: float = 8.0):
         super().__init__(daemon=True)
-        self.before, self.times, self.gap_s = before, times, gap_s
+        self.own, self.times, self.gap_s = own, times, gap_s
         self.killed: list[str] = []
         self.stop = threading.Event()
 
     def run(self):
         while len(self.killed) < self.times and not self.stop.wait(0.5):
-            ours = sorted(_containers() - self.before - set(self.killed))
+            ours = sorted(self.own.containers() - set(self.killed))
             if ours:
                 subprocess.run(["docker", "kill", ours[0]], capture_output=True, check=False)
                 self.killed.append(ours[0])
@@ -142,37 +222,36 @@ def run(request, code_model_dir, tmp_path_factory):
     val = root / "val.parquet"
     pd.DataFrame(code_task.verl_rows(heldout[:4], "test")).to_parquet(val)
     cpu = code_rl.cpu_run(root / "out", setting, data=(train, val))
-    before = _sandbox_state()
-    killer = ContainerKiller(before["containers"]) if backend == "docker" else None
-    extra = [
-        f"trainer.rollout_data_dir={root / 'rollouts'}",
-        "algorithm.xrpo.icl.max_example_tokens=48",  # a reference program is ~26 tokens
-    ]
-    start = time.time()
-    if killer:
-        killer.start()
-    result = launch.launch(cpu, RECIPE[backend], extra, timeout_s=900)
-    if killer:
-        killer.stop.set()
-        killer.join()
-    wall = time.time() - start
-    assert result.returncode == 0, result.stdout[-6000:]
+    with _reserve_uids() as own:
+        killer = ContainerKiller(own) if backend == "docker" else None
+        extra = [
+            f"trainer.rollout_data_dir={root / 'rollouts'}",
+            "algorithm.xrpo.icl.max_example_tokens=48",  # a reference program is ~26 tokens
+            own.backend_options(),
+        ]
+        start = time.time()
+        if killer:
+            killer.start()
+        result = launch.launch(cpu, RECIPE[backend], extra, timeout_s=900)
+        if killer:
+            killer.stop.set()
+            killer.join()
+        wall = time.time() - start
+        assert result.returncode == 0, result.stdout[-6000:]
+        # the reward workers leased from the run's own block: the check below looks at what they used
+        assert own.lock_files(), f"no uid of {own.uids} was leased: backend_options did not reach the sandbox"
+        # Ray ends the reward worker without close(): the Docker pool's reaper removes its containers
+        # and temp root once the worker is gone (sandbox/backends/docker.py). Give it a moment. What
+        # the run's own sandbox still holds at the deadline is a leak.
+        deadline = time.time() + 60
+        left = own.state()
+        while any(left.values()) and time.time() < deadline:
+            time.sleep(1)
+            left = own.state()
     dumped = {}
     for step in range(1, STEPS + 1):
         lines = (root / "rollouts" / f"{step}.jsonl").read_text().splitlines()
         dumped[step] = [json.loads(line) for line in lines if line.strip()]
-    # Ray ends the reward worker without close(): the Docker pool's reaper removes its containers
-    # and temp root once the worker is gone (sandbox/backends/docker.py). Give it a moment. What
-    # is new since `before` and still there at the deadline is a leak; the snapshots are
-    # machine-wide, so they also see the sandbox tests another xdist worker runs meanwhile: what
-    # those make after the first snapshot is not counted, and what they hold at it goes with them.
-    deadline = time.time() + 60
-    state = _sandbox_state()
-    left = {kind: state[kind] - before[kind] for kind in state}
-    while any(left.values()) and time.time() < deadline:
-        time.sleep(1)
-        state = _sandbox_state()
-        left = {kind: left[kind] & state[kind] for kind in left}
     print(f"\n{backend} run: {wall:.0f}s wall")
     return {
         "backend": backend,
@@ -253,6 +332,49 @@ def test_no_process_or_uid_lease_is_left_behind(run):
 
 def test_no_temp_dir_or_container_is_left_behind(run):
     assert not _leaks(run, ("dirs", "containers"))
+
+
+_HOLDER = r"""
+import sys
+from sandbox.backends.bwrap import BwrapBackend, BwrapConfig
+base, span, lock_dir, work_root = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+own = BwrapBackend(BwrapConfig(workers=1, uid_base=base, uid_span=span, lock_dir=lock_dir, work_root=work_root))
+other = BwrapBackend(BwrapConfig(workers=1))  # as another xdist worker's sandbox: the default range
+with own.session(), other.session():  # their work dirs exist while the sessions are open
+    print(own.uids[0], other.uids[0], flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_the_leak_check_sees_what_the_run_leaves_and_nothing_else():
+    """The check can fail: a process that holds a lease of the run's block, a work dir in its work
+    root and a process running as one of its uids are all seen; the same on the default range, as
+    another xdist worker's sandboxes, are not."""
+    if reason := bwrap_available():
+        pytest.skip(f"bubblewrap unavailable: {reason}")
+    with _reserve_uids() as own:
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(own.base), str(own.span), own.lock_dir, own.work_root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        sleepers = []
+        try:
+            ours, other = map(int, holder.stdout.readline().split())
+            sleepers = [subprocess.Popen(["sleep", "60"], user=uid) for uid in (ours, other)]
+            left = own.state()
+            assert left["held uid locks"] == {lock_path(own.lock_dir, ours)}
+            assert len(left["dirs"]) == 1 and os.path.basename(next(iter(left["dirs"]))).startswith(f"xrpo-sbx-{ours}-")
+            # the sleeper as the run's uid, and the holder, whose command line names the work root
+            assert {int(p.split()[0]) for p in left["procs"]} == {sleepers[0].pid, holder.pid}, left["procs"]
+        finally:
+            for p in sleepers:
+                p.kill()
+                p.wait()
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        assert not any(own.state().values())  # once the holder closed, nothing of the run is left
 
 
 ICL_KEYS = ("xrpo/icl/triggers", "xrpo/icl/flips", "xrpo/icl/examples_whole", "xrpo/icl/corpus_size")
