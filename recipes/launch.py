@@ -167,6 +167,21 @@ def validate(cfg) -> None:
         parse_reward_kwargs(OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else None)
 
 
+def check_services(cfg) -> None:
+    """What must answer before a launch: the sandbox servers of code.backend=remote, checked from
+    this node in seconds (each reward worker checks again from its own node at start-up)."""
+    if cfg.reward.reward_manager.name != "xrpo":
+        return
+    from omegaconf import OmegaConf
+
+    from xrpo_verl.rewards.manager import parse_reward_kwargs
+
+    kwargs = cfg.reward.get("reward_kwargs", None)
+    parse_reward_kwargs(
+        OmegaConf.to_container(kwargs, resolve=True) if kwargs is not None else None
+    ).code.check_service()
+
+
 def command(resolved: dict) -> list[str]:
     return [
         sys.executable,
@@ -199,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.print:
         print(" \\\n  ".join(shlex.quote(c) for c in cmd))
         return 0
+    from xrpo_verl.rewards.code import SandboxFailure
+
+    try:
+        check_services(compose(resolved))
+    except SandboxFailure as e:  # one line saying what to start, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     os.execv(cmd[0], cmd)
     return 0  # not reached
 

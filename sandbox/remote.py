@@ -75,6 +75,17 @@ class RemoteJudge:
                 refused.append(f"{url}: {e}")
         raise SandboxError("every sandbox server refused the request: " + "; ".join(refused))
 
+    def silent(self, timeout_s: float = 10.0) -> list[str]:
+        """The servers that do not answer, each as "url (why)"; empty when all do. Ours must answer
+        GET /health with status ok; a SandboxFusion server any HTTP answer (it has no such endpoint).
+        For a start-up check: a server that is down now would fail the first step's rows."""
+        out = []
+        for url in self.urls:
+            why = _health(url, self.protocol, timeout_s)
+            if why is not None:
+                out.append(f"{url} ({why})")
+        return out
+
     def judge(self, prob: Problem, code: str, lang: Language, stop_on_first_failure: bool) -> JudgeResult:
         if self.protocol == "xrpo":
             body = {"problem": prob.to_dict(), "code": code, "language": lang.name}
@@ -133,6 +144,26 @@ def sandboxfusion_run(run: dict) -> RunResult:
     if code == 0:
         return RunResult(RunStatus.OK, exit_code=0, stdout=out, stderr=err, wall_s=wall)
     return RunResult(RunStatus.EXITED, exit_code=code, stdout=out, stderr=err, wall_s=wall)
+
+
+def _health(url: str, protocol: str, timeout_s: float) -> str | None:
+    """Why the server at url does not answer as a judge, or None when it does."""
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=timeout_s) as r:
+            body = r.read()
+    except urllib.error.HTTPError as e:
+        return None if protocol == "sandboxfusion" else f"GET /health answered HTTP {e.code}"
+    except urllib.error.URLError as e:
+        return str(e.reason)
+    except OSError as e:  # a timeout or a reset
+        return f"{type(e).__name__}: {e}"
+    if protocol == "sandboxfusion":
+        return None
+    try:
+        status = json.loads(body).get("status")
+    except (json.JSONDecodeError, AttributeError):
+        status = None
+    return None if status == "ok" else f"GET /health answered {body[:100]!r}, not a sandbox server's status"
 
 
 def _post(url: str, body: dict, timeout_s: float) -> dict:

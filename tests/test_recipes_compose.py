@@ -179,3 +179,23 @@ def test_gpu_recipes_name_the_encoder_device_and_a_trainer_without_that_gpu_refu
     # what the trainer's start-up (XrpoTrainer.__init__) does in a TaskRunner that sees no GPU
     with pytest.raises(ValueError, match=r"embedder.device='cuda': .*sees no CUDA device.*embedder.device=cpu"):
         validate_trainer_config(cfg)
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r.startswith("code/")])
+def test_code_recipes_judge_on_the_sandbox_service(recipe):
+    _, cfg = composed(recipe, "qwen3_1.7b")
+    code = cfg.reward.reward_kwargs.code
+    assert code.backend == "remote" and list(code.url) == ["http://127.0.0.1:8080"]
+
+
+def test_a_launch_stops_in_one_line_when_the_sandbox_service_is_down(capsys, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setenv("SANDBOX_URLS", f"[{dead}]")
+    monkeypatch.setattr(launch.os, "execv", lambda *a: pytest.fail("launched although the service is down"))
+    assert launch.main(["code/grpo"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and dead in err and "recipes/code/start_sandbox.sh" in err

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Code RL: XRPO + ExTra on LiveCodeBench with the sandbox, compute-matched to code GRPO.
+# Code RL: XRPO + ExTra on LiveCodeBench compute-matched to code GRPO; judged on the sandbox service
+# (start it first on every node: recipes/code/start_sandbox.sh).
 # Hardware: set by MODEL (recipes/models/$MODEL.yaml, printed at start). Default qwen3_1.7b:
 #   1 node x 8 GPUs with 80 GB. qwen2.5_7b_instruct: 2 nodes x 8 x 80 GB (Ray cluster, see
 #   recipes/README.md). llama3.2_3b: 1 node x 8 x 80 GB.

@@ -329,8 +329,48 @@ def test_remote_service_judges_like_the_local_backend():
 
     with running_server("bwrap", 2) as (url, _):
         remote = CodeRewardConfig(backend="remote", url=url)
+        remote.check_service()  # the start-up check passes once the service answers
         assert compute_score("code/x", GOOD, "add", {"problem": ADD}, remote)["verdict"] == "AC"
         assert compute_score("code/x", HALF, "add", {"problem": ADD}, remote)["verdict"] == "WA"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_start_up_check_names_the_silent_server_and_how_to_start_one():
+    """With backend=remote the reward workers and the launch check every URL before the first step."""
+    import http.server
+
+    dead = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(SandboxFailure) as e:
+        CodeRewardConfig(backend="remote", url=dead).check_service(timeout_s=2)
+    msg = str(e.value)
+    assert "\n" not in msg and dead in msg and "recipes/code/start_sandbox.sh" in msg and "sandbox serve" in msg
+    CodeRewardConfig(backend="bwrap").check_service()  # a local backend has no service to check
+
+    # a web server that is not a sandbox: ours must answer /health; SandboxFusion only answer at all
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(404)
+
+        def log_message(self, *args):
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{other.server_address[1]}"
+        with pytest.raises(SandboxFailure, match="GET /health answered HTTP 404"):
+            CodeRewardConfig(backend="remote", url=[url]).check_service(timeout_s=2)
+        CodeRewardConfig(backend="remote", url=[url], protocol="sandboxfusion").check_service(timeout_s=2)
+    finally:
+        other.shutdown()
+        other.server_close()
 
 
 @pytest.mark.timeout(300)

@@ -249,3 +249,15 @@ def test_code_scorer_takes_a_list_of_sandbox_urls():
     assert remote.urls == list(code.url) and remote is code.sandbox_backend()  # one shared client
     with pytest.raises(ValueError, match="non-empty list of URLs"):
         parse_reward_kwargs({"code": {"backend": "remote", "url": []}})
+
+
+def test_a_reward_worker_refuses_to_start_without_its_sandbox_service(tokenizer):
+    import socket
+
+    from xrpo_verl.rewards.code import SandboxFailure
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(SandboxFailure, match="start_sandbox.sh"):
+        XrpoRewardManager(make_config(code={"backend": "remote", "url": [dead]}), tokenizer, None)

@@ -115,6 +115,21 @@ class CodeRewardConfig(Config):
             return _configured_backend(self.backend, json.dumps(self.backend_options, sort_keys=True))
         return self.backend
 
+    def check_service(self, timeout_s: float = 10.0) -> None:
+        """With backend=remote, raise `SandboxFailure` (one line: which servers, how to start one)
+        unless every server in `url` answers; nothing to check for a local backend. Called at
+        start-up (the reward manager, `recipes/launch.py`), so a missing service stops the run before
+        its first step rather than failing every row of it."""
+        if self.backend != "remote":
+            return
+        silent = _remote_backend(self.url, self.protocol).silent(timeout_s)
+        if silent:
+            raise SandboxFailure(
+                f"sandbox server(s) not answering: {', '.join(silent)}; start one on each node with "
+                "`bash recipes/code/start_sandbox.sh --port PORT` (or `python -m sandbox serve --host 0.0.0.0 "
+                "--port PORT`), or point reward.reward_kwargs.code.url (SANDBOX_URLS in the recipes) at running ones"
+            )
+
 
 DEFAULT_CONFIG = CodeRewardConfig()
 

@@ -136,6 +136,8 @@ class XrpoRewardManager(RewardManagerBase):
         self.settings = parse_reward_kwargs(reward_kwargs)
         if _is_verl_default(compute_score):
             self.score_fn = partial(routed_compute_score, routing=self.settings.routing)
+            # a sandbox service that is down would fail every code row of the first step: stop here
+            self.settings.code.check_service()
         else:
             self.score_fn = compute_score
         self.is_async_score = inspect.iscoroutinefunction(self.score_fn)
