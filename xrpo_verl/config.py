@@ -157,16 +157,22 @@ class PlannerConfig(Config):
         "phased: each round waits for every rollout of the last (the paper); streaming: a prompt's next round "
         "is decided once its own rollouts are back, for engines with continuous batching (vLLM, SGLang). [I]",
     )
-    selection: Literal["batch", "history"] = option(
+    selection: Literal["batch", "history", "pilot_commit"] = option(
         "batch",
         "Which prompts a step trains: batch = the dataloader's B; history = the B of C*B candidates whose groups are "
-        "most likely mixed, I_q(n) from each prompt's discounted pass record (planner.py). Works with the "
-        "rounds on or off. [I] (docs/algorithms.md, prompt selection)",
+        "most likely mixed, I_q(n) from each prompt's discounted pass record (planner.py), with the rounds on or "
+        "off; pilot_commit = Pilot-Commit, the baseline (planner off). [I] (docs/algorithms.md, prompt selection)",
     )
     candidates: int = option(3, "C, candidate prompts fetched per trained prompt with selection=history. [I]")
     history_half_life: float = option(
         0.0, "Steps after which a visit's record weighs half; 0 = one epoch of the dataset at B prompts a step. [I]"
     )
+    pilot_rollouts: int = option(
+        4, "k_e, Pilot-Commit's pilot rollouts per prompt; a passed prompt gets rollout.n - k_e more. [C]"
+    )
+    pilot_lower: float = option(0.25, "Pilot-Commit: a pilot success rate below this is too hard. [C]")
+    pilot_upper: float = option(0.25, "Pilot-Commit: a pilot success rate above 1 - this is too easy. [C]")
+    pilot_max_rounds: int = option(10, "Pilot-Commit: most pilot batches a step before it stops with an error. [C]")
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -177,6 +183,14 @@ class PlannerConfig(Config):
         check_range("PlannerConfig.shrink_steps", self.shrink_steps, lo=1)
         check_range("PlannerConfig.candidates", self.candidates, lo=1)
         check_range("PlannerConfig.history_half_life", self.history_half_life, lo=0)
+        check_range("PlannerConfig.pilot_rollouts", self.pilot_rollouts, lo=1)
+        check_range("PlannerConfig.pilot_lower", self.pilot_lower, lo=0, hi=1)
+        check_range("PlannerConfig.pilot_upper", self.pilot_upper, lo=0, hi=1)
+        check_range("PlannerConfig.pilot_max_rounds", self.pilot_max_rounds, lo=1)
+        if self.pilot_lower > 1 - self.pilot_upper:
+            raise ValueError(
+                f"PlannerConfig needs pilot_lower <= 1 - pilot_upper, got {self.pilot_lower} and {self.pilot_upper}"
+            )
         if not self.n_base <= self.n_avg <= self.n_max:
             raise ValueError(
                 f"PlannerConfig needs n_base <= n_avg <= n_max, got n_base={self.n_base}, "

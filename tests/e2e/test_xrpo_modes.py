@@ -261,3 +261,23 @@ def test_selection_trains_the_candidates_most_likely_to_give_mixed_groups(select
     assert len(saved["keys"]) == metrics[4]["xrpo/select/prompts_tracked"] <= TRAIN_SET
     assert saved["capacity"] == TRAIN_SET and saved["half_life"] == TRAIN_SET / 4  # one epoch at 4 a step
     assert float(saved["successes"].sum() + saved["failures"].sum()) > 0
+
+
+@pytest.fixture(scope="module")
+def pilot_commit_run(tiny_model_dir, mixed_data, tmp_path_factory):
+    """Pilot-Commit at n = 4: pilots of 2 rollouts, a prompt passes with one success of two, and gets 2 more."""
+    out = tmp_path_factory.mktemp("pilot_commit")
+    return train("pilot_commit", tiny_model_dir, mixed_data, out, prompts=4, steps=2)
+
+
+def test_pilot_commit_trains_b_committed_groups_and_discards_the_failed_pilots(pilot_commit_run):
+    _, metrics = pilot_commit_run
+    assert sorted(metrics) == [1, 2]
+    for m in metrics.values():
+        assert m["xrpo/prompts/base"] == 4  # B committed prompts
+        assert m["xrpo/pc/passes"] >= 2  # the first pass only pilots
+        assert m["xrpo/pc/piloted"] == 4 * (m["xrpo/pc/passes"] - 1) or m["xrpo/pc/piloted"] == 4 * m["xrpo/pc/passes"]
+        assert m["xrpo/pc/rollouts"] == 2 * m["xrpo/pc/piloted"] + 4 * 2
+        assert m["xrpo/pc/untrained_groups"] == m["xrpo/pc/piloted"] - 4
+        # only committed groups are trained, and a pilot of one success in two makes every one mixed
+        assert m["xrpo/groups/mixed"] == 4 and m["xrpo/groups/mixed_rollout_share"] == 1.0

@@ -22,13 +22,14 @@ PARTS = {
     "xrpo_select": (True, True, True, False, False),
     "xrpo_bare_icl": (True, True, True, False, False),
     "xrpo_select_bare_icl": (True, True, True, False, False),
+    "pilot_commit": (False, False, False, False, False),
 }
 
 
 @pytest.mark.parametrize("name", sorted(PARTS))
 def test_cpu_recipe_switches_on_the_parts_its_name_says(name):
     assert tuple(launch.recipe_parts(name).values()) == PARTS[name]
-    if name not in ("grpo", "dapo"):
+    if name not in ("grpo", "dapo", "pilot_commit"):
         assert launch.compose_recipe(name).algorithm.xrpo.planner.n_avg == 8  # compute-matched to GRPO's n
 
 
@@ -69,3 +70,10 @@ def test_the_study_arms_of_issue_46_differ_from_xrpo_only_where_their_names_say(
     assert select == base
     both.algorithm.xrpo.planner.selection = "batch"
     assert both == bare
+
+
+def test_pilot_commit_is_grpo_in_the_xrpo_trainer_with_its_pilot_of_one_in_four():
+    cfg = launch.compose_recipe("pilot_commit")
+    p = cfg.algorithm.xrpo.planner
+    assert (p.selection, p.pilot_rollouts, p.pilot_lower, p.pilot_upper) == ("pilot_commit", 2, 0.25, 0.25)
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.v1.trainer_mode == "xrpo"

@@ -79,6 +79,18 @@ def test_icl_runs_with_uniform_allocation(compose_cfg):
         (["algorithm.use_kl_in_reward=true"], "use_kl_in_reward"),
         (["algorithm.xrpo.planner.enable=false"], "icl.enable=true needs the planner"),
         (["+trainer.v1.xrpo.parameter_sync_step=2"], "parameter_sync_step"),
+        (["algorithm.xrpo.planner.selection=pilot_commit"], "needs algorithm.xrpo.planner.enable=false"),
+        (
+            [
+                "algorithm.xrpo.planner.selection=pilot_commit",
+                "algorithm.xrpo.planner.enable=false",
+                "algorithm.xrpo.icl.enable=false",
+                "algorithm.extra.prefix.enable=false",
+                "algorithm.xrpo.planner.pilot_rollouts=16",
+            ],
+            r"pilot_rollouts=16 must lie in \[1, rollout.n = 16\)",
+        ),
+        (["algorithm.xrpo.planner.selection=greedy"], "selection"),
     ],
 )
 def test_bad_config_fails_at_start_up(compose_cfg, overrides, match):

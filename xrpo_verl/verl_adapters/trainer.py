@@ -105,6 +105,8 @@ class XrpoTrainer(PPOTrainerSync):
 
     def _rollouts(self) -> dict:
         s = self.xrpo_settings
+        if s.xrpo.planner.selection == "pilot_commit":
+            return self._pilot_commit()
         tic = time.perf_counter()
         rows, scalars, select_metrics = self._candidate_rows()
         default_agent = self.config.actor_rollout_ref.rollout.agent.default_agent_loop
@@ -166,6 +168,60 @@ class XrpoTrainer(PPOTrainerSync):
         self._plugin_s += time.perf_counter() - tic
         rows = [candidates[i] for i in chosen]
         return rows, scalars, M.selection_metrics(score, chosen, seen_before, len(selector))
+
+    def _pilot_commit(self) -> dict:
+        """Pilot-Commit (arXiv 2605.26606), the baseline, as its released code runs a step, within the step
+        (docs/algorithms.md): each generation pass pilots B new prompts with k_e rollouts and commits
+        rollout.n - k_e more to prompts whose pilot success rate lies in [lower, 1 - upper], until B
+        prompts are committed; the rest (failed pilots, passed ones beyond B) leave TransferQueue untrained.
+        """
+        s, b = self.xrpo_settings, int(self.config.data.train_batch_size)
+        p, agent = s.xrpo.planner, self.config.actor_rollout_ref.rollout.agent.default_agent_loop
+        k_e = p.pilot_rollouts
+        ledger = T.RolloutLedger()
+        in_flight = T.InFlight(ledger)
+        passed: list[dict] = []  # rows whose pilot passed, not yet committed
+        committed: list[str] = []
+        piloted: list[str] = []
+        scalars: dict = {}
+        passes = 0
+        while len(committed) < b:
+            if passes == p.pilot_max_rounds:
+                raise RuntimeError(
+                    f"Pilot-Commit committed {len(committed)} of {b} prompts in {passes} pilot batches "
+                    "(algorithm.xrpo.planner.pilot_max_rounds); the data may be too hard or too easy for its filter"
+                )
+            passes += 1
+            take, passed = passed[: b - len(committed)], passed[b - len(committed) :]
+            submit = [
+                R.with_plugin_columns(r, kind="round", rollout_n=s.rollout_n - k_e, agent_name=agent) for r in take
+            ]
+            pilots = []
+            if len(committed) + len(take) < b:  # the next pilots go with these commits, as its code does
+                rows, scalars = R.to_rows(self._next_train_batch())
+                pilots = [R.with_plugin_columns(r, kind="base", rollout_n=k_e, agent_name=agent) for r in rows]
+            self._submit(submit + pilots, scalars, ledger)
+            T.wait_terminal({r["uid"] for r in submit + pilots}, on_poll=in_flight.sample)
+            committed += [r["uid"] for r in take]
+            tic = time.perf_counter()
+            outcomes = ledger.outcomes([r["uid"] for r in pilots]) if pilots else {}
+            for r in pilots:
+                rate = float(np.mean([o.success for o in outcomes[r["uid"]]]))
+                if p.pilot_lower <= rate <= 1 - p.pilot_upper:
+                    passed.append(r)
+            piloted += [r["uid"] for r in pilots]
+            self._plugin_s += time.perf_counter() - tic
+        dropped = set(piloted) - set(committed)
+        T.clear_groups(dropped, T.listing(dropped))
+        return {
+            "xrpo/pc/passes": float(passes),
+            "xrpo/pc/piloted": float(len(piloted)),
+            "xrpo/pc/passed": float(len(committed) + len(passed)),
+            "xrpo/pc/untrained_groups": float(len(dropped)),
+            "xrpo/pc/rollouts": float(len(piloted) * k_e + b * (s.rollout_n - k_e)),
+            "xrpo/prompts/base": float(len(committed)),
+            **in_flight.metrics(),
+        }
 
     def _planner_rounds(
         self, base: list[dict], scalars: dict, ledger: T.RolloutLedger, in_flight: T.InFlight, default_agent: str

@@ -83,6 +83,12 @@ def terminal(uids: set[str], seen: Listing) -> set[str]:
     return {u for u in uids if seen.status.get(u) == "finished"}
 
 
+def clear_groups(uids: set[str], seen: Listing) -> None:
+    """Remove prompt groups and their trajectories from the partition, so the step does not train them."""
+    if uids:
+        tq.kv_clear(partition_id=PARTITION, keys=[*uids, *(k for u in uids for k in seen.keys.get(u, []))])
+
+
 def poll_delay(elapsed_s: float) -> float:
     """Seconds to sleep before the next poll of a wait that began `elapsed_s` ago."""
     return min(POLL_MAX_S, max(POLL_MIN_S, POLL_LATENESS * elapsed_s))
