@@ -40,6 +40,8 @@ ROLLOUTS_MEAN = "xrpo/alloc/n_q/mean"  # the planner's rollouts per prompt (XRPO
 # DAPO's dynamic sampling (verl's V1 replay buffer): groups generated and dropped in a step, each of n
 # rollouts: all-equal groups evicted, and groups finished beyond the batch once it was full.
 DAPO_DROPPED = ("training/filter_groups/evicted_samples", "training/filter_groups/discarded_surplus_samples")
+# Pilot-Commit generates its pilots, trained or not, and its commits: every rollout of the step.
+PC_ROLLOUTS = "xrpo/pc/rollouts"
 # Per-step metrics kept in each run's done.json: the training reward and what each part did.
 SERIES = (
     "critic/score/mean",
@@ -57,6 +59,16 @@ SERIES = (
     "xrpo/guided/injected",
     "xrpo/guided/success_rate",
     *DAPO_DROPPED,
+    PC_ROLLOUTS,
+    "xrpo/groups/mixed",
+    "xrpo/groups/mixed_rollout_share",
+    "xrpo/select/trained_with_record",
+    "xrpo/select/score_trained",
+    "xrpo/select/score_passed_over",
+    "xrpo/icl/reliance_rows",
+    "xrpo/icl/reliance_seq",
+    "xrpo/icl/reliance_token",
+    "xrpo/icl/reliance_floor_token",
 )
 # Kept in done.json beside SERIES though the report reads none of them: the code task's sandbox
 # accounting per step, from which RESULTS computes the sandbox's share of the step. With them a
@@ -75,10 +87,14 @@ def read_metrics(path: Path) -> dict[int, dict]:
 
 def rollouts_by_step(metrics: dict[int, dict], prompts: int, n: int) -> dict[int, int]:
     """Rollouts generated up to and including each logged step (0 before training); DAPO's dropped
-    groups count as generated."""
+    groups and Pilot-Commit's untrained pilots count as generated."""
     rollouts, spent = {0: 0}, 0
     for step in sorted(metrics):
         if "critic/score/mean" in metrics[step]:
+            if PC_ROLLOUTS in metrics[step]:
+                spent += round(metrics[step][PC_ROLLOUTS])
+                rollouts[step] = spent
+                continue
             dropped = sum(metrics[step].get(key, 0) for key in DAPO_DROPPED)
             spent += round(prompts * metrics[step].get(ROLLOUTS_MEAN, n) + n * dropped)
         rollouts[step] = spent
@@ -176,11 +192,13 @@ def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int =
 
 
 def base_setting(name: str):
-    """The learning setting (`learning.LearningSetting()`), the premise testbed (`testbed.SETTING`)
-    or the code task (`code_rl.CodeSetting()`, rewards judged in the sandbox)."""
+    """The learning setting (`learning.LearningSetting()`), the premise testbed (`testbed.SETTING`), its
+    multi-epoch protocol (`testbed.EPOCHS`) or the code task (`code_rl.CodeSetting()`, rewards judged
+    in the sandbox)."""
     from xrpo_verl.local import code_rl, learning, testbed
 
-    return {"testbed": testbed.SETTING, "code": code_rl.CodeSetting()}.get(name) or learning.LearningSetting()
+    settings = {"testbed": testbed.SETTING, "testbed_epochs": testbed.EPOCHS, "code": code_rl.CodeSetting()}
+    return settings.get(name) or learning.LearningSetting()
 
 
 def study_setting(args):
@@ -529,6 +547,9 @@ PART_COLUMNS = (
     ("novelty share of advantage", ("xrpo/novelty/bonus_share",), "{:.4f}", "novelty"),
     ("guided prompts", ("xrpo/guided/injected",), "{:.2f}", "prefix"),
     ("guided success", ("xrpo/guided/success_rate",), "{:.3f}", "prefix"),
+    ("mixed groups", ("xrpo/groups/mixed",), "{:.2f}", None),
+    ("ICL reliance / token", ("xrpo/icl/reliance_token",), "{:.3f}", "icl"),
+    ("Pilot-Commit rollouts", (PC_ROLLOUTS,), "{:.0f}", None),
     ("entropy", ("actor/entropy",), "{:.3f}", None),
     ("step s", ("timing_s/step",), "{:.1f}", None),
 )
@@ -602,7 +623,12 @@ def check_model(out: Path, setting) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--setting", choices=("learning", "testbed", "code"), default="learning", help="the task and model")
+    p.add_argument(
+        "--setting",
+        choices=("learning", "testbed", "testbed_epochs", "code"),
+        default="learning",
+        help="the task and model (testbed_epochs: the testbed over 128 training prompts, visited about four times)",
+    )
     p.add_argument(
         "--methods",
         nargs="+",

@@ -50,6 +50,26 @@ def test_val_curve_counts_the_groups_dapo_generated_and_dropped():
     assert curve == [(2, 20 * 8 + 11 * 8, 0.5, None)]
 
 
+def test_val_curve_counts_every_rollout_pilot_commit_generated():
+    """Pilot-Commit logs the step's rollouts itself: its untrained pilots count, n_q is not used."""
+    metrics = {s: {"critic/score/mean": 0.4, study.PC_ROLLOUTS: 96.0} for s in (1, 2)}
+    metrics[2][VAL] = 0.5
+    assert study.val_curve(metrics, prompts=8, n=8) == [(2, 192, 0.5, None)]
+
+
+def test_the_multi_epoch_testbed_is_the_testbed_over_fewer_prompts_for_more_steps():
+    from xrpo_verl.local import addition, testbed
+
+    epochs = study.base_setting("testbed_epochs")
+    assert (epochs.n_train, epochs.steps) == (128, 64)
+    assert epochs.steps * epochs.prompts_per_step == 4 * epochs.n_train  # four epochs of GRPO
+    assert epochs == study.replace(testbed.SETTING, n_train=128, steps=64)  # the model and sizes unchanged
+    # the same held-out sums as the testbed's: one measurement for both protocols
+    _, held = addition.train_and_heldout(128, 100, epochs.data_seed, epochs.model.addition)
+    _, held_c = addition.train_and_heldout(4096, 100, epochs.data_seed, epochs.model.addition)
+    assert held == held_c
+
+
 def test_versus_pairs_methods_with_grpo_on_the_same_seed():
     after = lambda *xs: [{"mean@4": {"mean": x}} for x in xs]  # noqa: E731
     summary = {

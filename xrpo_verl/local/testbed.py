@@ -1,5 +1,5 @@
 """The premise testbed: the learning setting's column addition, with a model built to have what
-each exploration mechanism is built on (issue 24; measured by `benchmarks/premise_probes.py`).
+each exploration mechanism is built on (issue 24; measured by `studies/premise_probes.py`).
 
 - Two correct styles (`addition.STYLES`), taught equally: a policy that collapses onto one loses
   the problems only the other solves (ExTra's premise).
@@ -16,6 +16,8 @@ each exploration mechanism is built on (issue 24; measured by `benchmarks/premis
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from xrpo_verl.local import addition, tiny_model
 from xrpo_verl.local.learning import LearningSetting
 
@@ -30,3 +32,10 @@ MODEL = tiny_model.TinyModelConfig(
 )
 
 SETTING = LearningSetting(model=MODEL, max_response_length=96)
+
+# The multi-epoch protocol (issue 46), fixed before its first run: the same model, measurement and
+# sizes over 128 training prompts for 64 steps, so GRPO's sampler visits each prompt about four
+# times, as a cluster run over DAPO-Math-17k at 512 prompts a step for 300 steps visits each about
+# nine times; `SETTING` trains 4,096 prompts for 50 steps, each about once, where a prompt's own
+# record (prompt selection) has nothing to go on.
+EPOCHS = replace(SETTING, n_train=128, steps=64)
