@@ -208,3 +208,44 @@ def test_guided_queue_keeps_newest_and_carries_ground_truth():
 def test_bad_input_raises(call, needle):
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+def test_prefix_memory_shares_a_responses_tokens_and_keeps_sharing_through_a_checkpoint():
+    m = PrefixMemory(capacity=8)
+    response = list(range(1, 1001))
+    emb = np.eye(4)[:3]
+    m.add_group("q", [response], [(0, 100, 0.3), (0, 500, 0.2), (0, 900, 0.1)], emb)
+    assert [len(e.prefix_ids) for e in m.entries("q")] == [100, 500, 900]
+    assert m.entries("q")[1].prefix_ids == response[:500]
+    # one int32 copy of the response up to its longest kept prefix, three float16 embeddings
+    assert m.nbytes() == 900 * 4 + 3 * 4 * 2
+    m2 = PrefixMemory()
+    m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
+    assert m2.nbytes() == m.nbytes()
+    assert [e.prefix_ids for e in m2.entries("q")] == [e.prefix_ids for e in m.entries("q")]
+    entry, _ = m2.select("q", tau=0.1)
+    assert entry.prefix_ids == response[:900]
+
+
+def test_a_response_leaves_the_memory_with_its_last_prefix():
+    m = PrefixMemory(capacity=2)
+    m.add_group("q", [[1, 2, 3]], [(0, 1, 0.5), (0, 2, 0.4)], np.eye(2))
+    m.add_group("q", [[7, 8]], [(0, 1, 0.3), (0, 2, 0.2)], np.eye(2))
+    assert [e.prefix_ids for e in m.entries("q")] == [[7], [7, 8]]
+    assert m.nbytes() == 2 * 4 + 2 * 2 * 2  # [1, 2, 3] is gone
+
+
+def test_prefix_memory_bounds_its_prompts_least_recently_hard_first():
+    m = PrefixMemory(capacity=2, max_prompts=2)
+    for key in ("a", "b"):
+        m.add(key, [1], 0.5, np.array([1.0, 0.0]))
+    m.add_group("a", [[1]], [], np.zeros((0, 2)))  # "a" hard again with nothing new: recent again
+    m.add("c", [2], 0.5, np.array([0.0, 1.0]))
+    assert len(m) == 2 and m.entries("b") == [] and m.entries("a") and m.evicted_prompts == 1
+
+
+def test_a_checkpoint_of_the_former_layout_loads():
+    old = {"capacity": 2, "memory": {"q": [([3], 0.5, np.array([0.0, 1.0])), ([4], 0.7, np.array([1.0, 0.0]))]}}
+    m = PrefixMemory()
+    m.load_state_dict(old)
+    assert [(e.prefix_ids, e.score) for e in m.entries("q")] == [([3], 0.5), ([4], 0.7)]

@@ -314,6 +314,11 @@ class PrefixConfig(Config):
     )
     tau: float = option(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
     max_prefixes_per_prompt: int = option(128, "Prefix memory ring buffer per original prompt. [C]")
+    memory_prompts: int = option(
+        2048,
+        "Prompts the prefix memory holds at most; the one hard least recently is dropped first (the released "
+        "code keeps every prompt ever hard, which grows with the run). [I]",
+    )
     queue_size: int = option(512, "Guided-prompt FIFO capacity; the newest entries are kept. [C-script]")
     per_step: int = option(16, "Guided prompts injected per step (they replace the batch's tail rows). [C-script]")
     warmup_steps: int = option(
@@ -332,6 +337,7 @@ class PrefixConfig(Config):
         check_range("PrefixConfig.max_candidates", self.max_candidates, lo=1)
         check_range("PrefixConfig.tau", self.tau, lo=0, lo_open=True)
         check_range("PrefixConfig.max_prefixes_per_prompt", self.max_prefixes_per_prompt, lo=1)
+        check_range("PrefixConfig.memory_prompts", self.memory_prompts, lo=1)
         check_range("PrefixConfig.queue_size", self.queue_size, lo=1)
         check_range("PrefixConfig.per_step", self.per_step, lo=0)
         check_range("PrefixConfig.warmup_steps", self.warmup_steps, lo=0)

@@ -16,7 +16,7 @@ See docs/algorithms.md (prefix regeneration) for each choice and its source.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -182,21 +182,96 @@ class PrefixEntry:
     embedding: np.ndarray  # (d,) L2-normalised
 
 
-class PrefixMemory:
-    """Per original prompt ring buffer of scored prefixes (ExTra code: 128 per prompt)."""
+class _PromptPrefixes:
+    """One prompt's ring of entries (source, b, MTE, float16 embedding) over shared token arrays.
 
-    def __init__(self, capacity: int = 128) -> None:
+    The candidates of a step are prefixes of a few responses, so each response is kept once (int32,
+    cut after its last kept boundary) and an entry is (its response, b): storage grows with the
+    responses the ring still refers to, not with candidates times prefix length, and stays shared
+    through a checkpoint.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.entries: deque[tuple[int, int, float, np.ndarray]] = deque()
+        self.sources: dict[int, np.ndarray] = {}
+        self.refs: dict[int, int] = {}
+        self.capacity = capacity
+        self.next_source = 0
+
+    def add_source(self, ids: np.ndarray) -> int:
+        sid = self.next_source
+        self.next_source += 1
+        self.sources[sid] = np.ascontiguousarray(ids, dtype=np.int32)
+        self.refs[sid] = 0
+        return sid
+
+    def append(self, sid: int, b: int, score: float, embedding: np.ndarray) -> None:
+        if len(self.entries) == self.capacity:
+            old = self.entries.popleft()[0]
+            self.refs[old] -= 1
+            if self.refs[old] == 0:
+                del self.refs[old], self.sources[old]
+        self.entries.append((sid, int(b), float(score), embedding.astype(np.float16)))
+        self.refs[sid] += 1
+
+    def drop_unreferenced(self) -> None:
+        for sid in [k for k, n in self.refs.items() if n == 0]:
+            del self.refs[sid], self.sources[sid]
+
+    def prefix(self, i: int) -> list[int]:
+        sid, b, _, _ = self.entries[i]
+        return self.sources[sid][:b].tolist()
+
+    def embeddings(self) -> np.ndarray:
+        """(N, d) float32, renormalised after the float16 round trip."""
+        e = np.stack([x[3] for x in self.entries]).astype(np.float32)
+        return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.sources.values()) + sum(x[3].nbytes for x in self.entries)
+
+
+class PrefixMemory:
+    """Per original prompt ring buffer of scored prefixes (ExTra code: 128 per prompt), over at most
+    `max_prompts` prompts (ours [I]): adding to a prompt beyond that drops the prompt that was hard
+    least recently, so the memory is bounded by configuration, not by how many prompts were ever hard.
+    Token ids are int32 arrays shared by the prefixes of one response, embeddings float16
+    (docs/algorithms.md, prefix regeneration)."""
+
+    def __init__(self, capacity: int = 128, max_prompts: int | None = None) -> None:
         if int(capacity) != capacity or capacity < 1:
             raise ValueError(f"capacity = {capacity!r} must be an integer >= 1")
+        if max_prompts is not None and (int(max_prompts) != max_prompts or max_prompts < 1):
+            raise ValueError(f"max_prompts = {max_prompts!r} must be an integer >= 1 or None")
         self.capacity = int(capacity)
-        self._mem: dict[str, deque[PrefixEntry]] = {}
+        self.max_prompts = None if max_prompts is None else int(max_prompts)
+        self._mem: OrderedDict[str, _PromptPrefixes] = OrderedDict()
+        self.evicted_prompts = 0  # prompts dropped by the max_prompts bound, since the start
 
     def __len__(self) -> int:
         """Number of prompt ids held."""
         return len(self._mem)
 
+    def nbytes(self) -> int:
+        """Bytes of the token arrays and embeddings held (not counting Python objects)."""
+        return sum(p.nbytes() for p in self._mem.values())
+
+    def _prompt(self, prompt_id: str) -> _PromptPrefixes:
+        mem = self._mem.get(prompt_id)
+        if mem is None:
+            mem = self._mem[prompt_id] = _PromptPrefixes(self.capacity)
+            if self.max_prompts is not None and len(self._mem) > self.max_prompts:
+                self._mem.popitem(last=False)
+                self.evicted_prompts += 1
+        self._mem.move_to_end(prompt_id)  # the most recently hard prompt goes last
+        return mem
+
     def entries(self, prompt_id: str) -> list[PrefixEntry]:
-        return list(self._mem.get(prompt_id, ()))
+        mem = self._mem.get(prompt_id)
+        if mem is None:
+            return []
+        emb = mem.embeddings()
+        return [PrefixEntry(mem.prefix(i), x[2], emb[i]) for i, x in enumerate(mem.entries)]
 
     def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
         """Append a prefix (relative to the original prompt), evicting the oldest when full.
@@ -204,36 +279,82 @@ class PrefixMemory:
         A prefix seen again is appended again with its new score (duplicates allowed): each entry
         carries the entropy of the policy that produced it, and the oldest age out of the ring first.
         """
-        if not np.isfinite(score):
-            raise ValueError(f"prefix score must be finite, got {score!r}")
-        if len(prefix_ids) == 0:
-            raise ValueError("prefix_ids is empty")
-        e = check_unit_rows("embedding", np.asarray(embedding).reshape(1, -1))[0]
-        buf = self._mem.setdefault(prompt_id, deque(maxlen=self.capacity))
-        buf.append(PrefixEntry([int(t) for t in prefix_ids], float(score), e))
+        self.add_group(prompt_id, [prefix_ids], [(0, len(prefix_ids), score)], np.asarray(embedding).reshape(1, -1))
+
+    def add_group(
+        self,
+        prompt_id: str,
+        responses: Sequence[Sequence[int]],
+        candidates: Sequence[tuple[int, int, float]],
+        embeddings: np.ndarray,
+    ) -> None:
+        """Append prefixes of one group's responses in order: candidate (g, b, MTE) is responses[g][:b].
+
+        Args:
+            responses: G token-id sequences the candidates are prefixes of.
+            candidates: (g, b, score) each, 1 <= b <= len(responses[g]).
+            embeddings: (len(candidates), d), L2-normalised.
+        """
+        e = check_unit_rows("embedding", np.asarray(embeddings), len(candidates))
+        for g, b, score in candidates:
+            if not np.isfinite(score):
+                raise ValueError(f"prefix score must be finite, got {score!r}")
+            if not 1 <= b <= len(responses[g]):
+                raise ValueError(f"prefix length {b} outside [1, {len(responses[g])}] of response {g}")
+        if not candidates:
+            if prompt_id in self._mem:
+                self._mem.move_to_end(prompt_id)  # hard again, with nothing new: still recent
+            return
+        mem = self._prompt(prompt_id)
+        longest: dict[int, int] = {}
+        for g, b, _ in candidates:
+            longest[g] = max(longest.get(g, 0), int(b))
+        sid = {g: mem.add_source(np.asarray(responses[g][:b], dtype=np.int64)) for g, b in sorted(longest.items())}
+        for (g, b, score), emb in zip(candidates, e, strict=True):
+            mem.append(sid[g], b, score, emb)
+        mem.drop_unreferenced()  # a response whose prefixes all left the ring in this very call
 
     def select(self, prompt_id: str, *, tau: float = 0.1) -> tuple[PrefixEntry, PrefixChoice] | None:
         """`select_prefix` over this prompt's whole memory; None if it holds nothing."""
-        buf = self.entries(prompt_id)
-        if not buf:
+        mem = self._mem.get(prompt_id)
+        if mem is None or not mem.entries:
             return None
-        choice = select_prefix(np.array([x.score for x in buf]), np.stack([x.embedding for x in buf]), tau=tau)
-        return buf[choice.index], choice
+        emb = mem.embeddings()
+        choice = select_prefix(np.array([x[2] for x in mem.entries]), emb, tau=tau)
+        i = choice.index
+        return PrefixEntry(mem.prefix(i), mem.entries[i][2], emb[i]), choice
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "capacity": self.capacity,
-            "memory": {k: [(e.prefix_ids, e.score, e.embedding.copy()) for e in v] for k, v in self._mem.items()},
+            "max_prompts": self.max_prompts,
+            "evicted_prompts": self.evicted_prompts,
+            "prompts": {
+                k: {"sources": dict(m.sources), "entries": list(m.entries), "next_source": m.next_source}
+                for k, m in self._mem.items()
+            },
         }
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
         self.capacity = int(d["capacity"])
-        self._mem = {
-            k: deque(
-                (PrefixEntry(list(p), float(s), np.asarray(e, dtype=np.float32)) for p, s, e in v), maxlen=self.capacity
+        self.evicted_prompts = int(d.get("evicted_prompts", 0))
+        self._mem = OrderedDict()
+        if "memory" in d:  # written before the compact layout: one list of (ids, score, embedding) per prompt
+            for k, v in d["memory"].items():
+                for ids, score, emb in v:
+                    self.add(k, ids, score, np.asarray(emb, dtype=np.float32))
+            return
+        for k, saved in d["prompts"].items():
+            mem = _PromptPrefixes(self.capacity)
+            mem.sources = {int(sid): np.asarray(a, dtype=np.int32) for sid, a in saved["sources"].items()}
+            mem.entries = deque(
+                (int(a), int(b), float(c), np.asarray(e, dtype=np.float16)) for a, b, c, e in saved["entries"]
             )
-            for k, v in d["memory"].items()
-        }
+            mem.refs = {sid: 0 for sid in mem.sources}
+            for sid, *_ in mem.entries:
+                mem.refs[sid] += 1
+            mem.next_source = int(saved["next_source"])
+            self._mem[k] = mem
 
 
 @dataclass

@@ -105,3 +105,44 @@ def test_length_filter_and_guided_or_icl_rows_are_not_candidates(hash_encoder):
     got = _queue(view, state, cfg, rows, decode=str, max_prefix_len=3)
     # the icl row's lower entropies are conditioned on its examples: not a candidate; 5 > max_prefix_len
     assert got.candidates == [1] and state.guided_queue.pop_many(1)[0].prefix_ids == [1, NL]
+
+
+class _CountingEncoder:
+    """The hashing stand-in, counting calls and texts."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.texts = inner, 0, 0
+
+    def encode(self, texts):
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+
+def test_one_encoder_call_a_step_for_every_hard_prompt_and_only_the_candidates_the_ring_keeps(hash_encoder):
+    enc = _CountingEncoder(hash_encoder)
+    state, cfg = _state(enc, max_prefixes_per_prompt=2)
+    responses = [[1, NL, 2, NL, 3, NL, 4, EOS], [5, NL, 6, NL, 7, NL, 8, EOS], [9, NL, 9, EOS]]
+    view = _view(responses, [[1.0] * 8, [1.0] * 8, [1.0] * 4], [0.0, 0.0, 0.0], ["u1", "u2", "u3"], ["base"] * 3)
+    rows = {u: {"reward_model": {"ground_truth": "0"}, "data_source": "d"} for u in ("u1", "u2", "u3")}
+    got = _queue(view, state, cfg, rows)
+    assert got.hard_prompts == 3 and got.queued == 3
+    assert enc.calls == 1  # three hard prompts, one call
+    # u1 and u2 have 2 candidates each ([.., NL] at 2 and 4), u3 one: every one fits a ring of 2
+    assert enc.texts == 5 and got.candidates == [2, 2, 1]
+    state2, cfg2 = _state(_CountingEncoder(hash_encoder), max_prefixes_per_prompt=1)
+    enc2 = state2.extra_embedder()
+    assert _queue(view, state2, cfg2, rows).candidates == [1, 1, 1]  # the newest candidate of each, no more
+    assert state2.prefix_memory.entries("key_u1")[0].prefix_ids == [1, NL, 2, NL]
+    del enc2
+
+
+def test_the_prefix_memory_holds_at_most_memory_prompts_the_least_recently_hard_out(hash_encoder):
+    state, cfg = _state(hash_encoder, memory_prompts=2)
+    rows = {f"u{i}": {"reward_model": {"ground_truth": "0"}, "data_source": "d"} for i in range(3)}
+    for i in range(3):
+        view = _view([[1, NL, i + 2, NL, 3, EOS]], [[1.0] * 6], [0.0], [f"u{i}"], ["base"])
+        got = _queue(view, state, cfg, rows)
+    assert len(state.prefix_memory) == 2 and got.memory_prompts == 2 and got.evicted_prompts == 1
+    assert state.prefix_memory.entries("key_u0") == []  # hard first, dropped first
+    assert got.memory_mb > 0 and got.metrics()["xrpo/prefix/memory/evicted_prompts"] == 1.0

@@ -36,6 +36,9 @@ class PrefixQueueResult:
     chosen_shortest: int = 0  # selections that picked the shortest prefix in memory
     chosen_lowest_raw: int = 0  # selections that picked the lowest raw MTE (smoothing agreed)
     tied: int = 0  # selections where the smoothing collapsed distinct scores of distinct texts to a tie
+    memory_prompts: int = 0  # prompts the prefix memory holds after the step
+    memory_mb: float = 0.0  # its token arrays and embeddings, in MiB
+    evicted_prompts: int = 0  # prompts dropped by its bound since the start
 
     def metrics(self) -> dict[str, float]:
         def mean(x: list[int]) -> float:
@@ -50,6 +53,9 @@ class PrefixQueueResult:
             "xrpo/prefix/chosen_shortest": float(self.chosen_shortest),
             "xrpo/prefix/chosen_lowest_raw": float(self.chosen_lowest_raw),
             "xrpo/prefix/smoothing_tied": float(self.tied),
+            "xrpo/prefix/memory/prompts": float(self.memory_prompts),
+            "xrpo/prefix/memory/mb": float(self.memory_mb),
+            "xrpo/prefix/memory/evicted_prompts": float(self.evicted_prompts),
         }
 
 
@@ -112,7 +118,9 @@ def queue_prefixes(
     out = PrefixQueueResult()
     if view.entropy is None or view.prompts is None:
         raise ValueError("queue_prefixes needs the batch's entropy and prompts")
+    memory_of = state.prefix_memory
     rows = view.valid & torch.tensor([k in CANDIDATE_KINDS for k in view.kinds], dtype=torch.bool)
+    hard = []  # (uid, rows, responses, candidates) of this step's hard prompts
     for uid, idx in view.groups(rows).items():
         # hard by verified successes (the scorer's verdict), never by a partial score
         if not prefix_lib.is_hard([float(view.correct[i]) for i in idx], cfg.hard_threshold):
@@ -128,18 +136,25 @@ def queue_prefixes(
             max_candidates=cfg.max_candidates,
             max_len=max_prefix_len,
         )
+        # the ring keeps a prompt's newest `capacity` entries: older candidates would leave it in this
+        # very step, so they are neither decoded nor encoded
+        hard.append((uid, idx, responses, cands[-memory_of.capacity :]))
+    # one encoder call for every hard prompt of the step
+    texts = [decode(list(c.prefix_ids)) for *_, cands in hard for c in cands]
+    embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+    start = 0
+    for uid, idx, responses, cands in hard:
         key = view.keys[idx[0]]
-        if cands:
-            emb = state.extra_embedder().encode([decode(list(c.prefix_ids)) for c in cands])
-            for c, e in zip(cands, emb, strict=True):
-                state.prefix_memory.add(key, c.prefix_ids, c.score, e)
+        emb = embeddings[start : start + len(cands)]
+        start += len(cands)
+        memory_of.add_group(key, responses, [(c.row, len(c.prefix_ids), c.score) for c in cands], emb)
         # b* = argmin_i Σ_j softmax_j(cos_ij / τ) MTE_j over the prompt's whole prefix memory; as in
         # the released code, a hard prompt with no new candidate this step still draws from it
-        found = state.prefix_memory.select(key, tau=cfg.tau)
+        found = memory_of.select(key, tau=cfg.tau)
         if found is None:
             continue
         entry, choice = found
-        memory = state.prefix_memory.entries(key)
+        memory = memory_of.entries(key)
         out.candidates.append(len(cands))
         out.memory.append(len(memory))
         out.chosen_shortest += len(entry.prefix_ids) == min(len(m.prefix_ids) for m in memory)
@@ -157,4 +172,7 @@ def queue_prefixes(
         )
         state.guided_queue.push(gp)
         out.queued += 1
+    out.memory_prompts = len(memory_of)
+    out.memory_mb = memory_of.nbytes() / 2**20
+    out.evicted_prompts = memory_of.evicted_prompts
     return out

@@ -111,7 +111,9 @@ class PluginState:
         if s.use_prefix:
             from xrpo_verl.prefix import GuidedQueue, PrefixMemory
 
-            self.prefix_memory = PrefixMemory(capacity=s.extra.prefix.max_prefixes_per_prompt)
+            self.prefix_memory = PrefixMemory(
+                capacity=s.extra.prefix.max_prefixes_per_prompt, max_prompts=s.extra.prefix.memory_prompts
+            )
             self.guided_queue = GuidedQueue(capacity=s.extra.prefix.queue_size)
 
     def build_prompt_selector(self, dataset_prompts: int, batch_prompts: int) -> None:
