@@ -8,7 +8,7 @@ import binascii
 import socket
 
 from .backends import Backend, RunSpec
-from .judges.classify import run_verdict
+from .judges.classify import compile_starved, run_verdict
 from .languages import COMPILE_LIMITS, get_language
 from .verdict import Limits, RunResult, RunStatus, Verdict
 
@@ -91,6 +91,8 @@ def run_code(
         c = results[0]
         if c.status is RunStatus.ERROR:
             return _response("SandboxError", c.message)
+        if compile_starved(c, compile_limits):  # the host's fault, as in judges/grader.py: never a compile error
+            return _response("SandboxError", f"compiling: stopped by the wall clock after {c.cpu_s:.2f} s of CPU")
         compile_result, ok = _step(c, compile_limits)
         if not ok:
             return _response("Failed", compile_result=compile_result)

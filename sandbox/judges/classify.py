@@ -12,6 +12,23 @@ CPU_KILL_FRACTION = 0.8
 machine the CPU time accounted to a busy loop killed at its limit can fall short of the limit, as
 seen in CI; a share this high is still no other kill's."""
 
+BUSY_CPU_SHARE = 0.1
+"""A run the wall clock stopped is *starved* when it was computing (its CPU time is at least this
+share of its wall time) but still under its CPU limit: on a loaded host its CPU went to other
+processes. A program that sleeps or waits on nothing uses almost no CPU, so it stays below this
+share and is TLE at the first wall clock whatever the load."""
+
+STARVED_WALL_FACTOR = 1 / (2 * BUSY_CPU_SHARE)
+"""How much more wall clock the judge gives a starved run, once; what that stops is TLE. The wall
+is more than twice the CPU limit (`scoring.test_limits`), so a run that gets BUSY_CPU_SHARE of a CPU
+again reaches its CPU limit within the longer wall: an endless loop is still TLE, and a correct
+program finishes."""
+
+COMPILE_STARVED_FRACTION = 0.5
+"""A compile the wall clock stopped with less CPU time than this share of its CPU cap was starved by
+the host: a compiler has nothing to wait on, so the wall clock is only reached on a loaded host.
+That is a sandbox failure (SE, retried), never CE; a compile that used its CPU is CE."""
+
 RUNTIME_SLACK_MB = 64
 """Added to the problem's memory limit for the address-space cap: the interpreter and libc map
 memory they never touch, and RLIMIT_AS counts it."""
@@ -37,3 +54,17 @@ def run_verdict(r: RunResult, limits: Limits) -> Verdict | None:
     if b"MemoryError" in tail or b"std::bad_alloc" in tail or oom_kill:
         return Verdict.MLE
     return Verdict.RE
+
+
+def starved(r: RunResult, limits: Limits) -> bool:
+    """The wall clock stopped a run that was computing, short of its CPU limit (BUSY_CPU_SHARE)."""
+    return (
+        r.status is RunStatus.TIMEOUT
+        and r.cpu_s < CPU_KILL_FRACTION * limits.cpu_s
+        and r.cpu_s >= BUSY_CPU_SHARE * r.wall_s
+    )
+
+
+def compile_starved(r: RunResult, limits: Limits) -> bool:
+    """The wall clock stopped a compile well short of its CPU cap (COMPILE_STARVED_FRACTION)."""
+    return r.status is RunStatus.TIMEOUT and r.cpu_s < COMPILE_STARVED_FRACTION * limits.cpu_s

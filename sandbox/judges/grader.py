@@ -14,6 +14,7 @@ from ..languages import COMPILE_LIMITS, PYTHON, Language, get_language
 from ..problem import Problem, as_problem
 from ..remote import RemoteJudge
 from ..verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
+from .classify import STARVED_WALL_FACTOR, compile_starved, starved
 from .scoring import HARNESS, grade_test, summary, test_limits
 
 log = logging.getLogger(__name__)
@@ -54,27 +55,20 @@ def judge(
 def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, compile_limits: Limits) -> JudgeResult:
     limits = test_limits(prob)
     n = len(prob.tests)
-    argv, files = lang.run_argv("sol"), {}
-    if prob.kind == "functional":
-        argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
-    specs = [RunSpec(argv, limits, t.input.encode(), files if i == 0 else {}) for i, t in enumerate(prob.tests)]
-    accept = None
-    if prob.checker is None:  # with a checker, a run is graded only after the batch, by the checker
-
-        def accept(i: int, r: RunResult) -> bool:  # run i of specs: test i, graded as it comes back
-            # graded again below from the batch's final result: the one seen here may lack its
-            # measured time and memory
-            try:
-                return grade_test(prob, i, r, limits).verdict is Verdict.AC
-            except SandboxError:  # the grading below raises it; the batch stops here
-                return False
-
-    with be.session() as s:
-        ce, runs = _compile_and_run(
-            s, lang, "sol", code.encode(errors="surrogatepass"), compile_limits, specs, stop, accept
-        )
+    ce, runs = _run_tests(prob, code, lang, be, stop, compile_limits, limits, 0)
     if ce is not None:
         return JudgeResult(Verdict.CE, 0, n, message=ce)
+    first = _first_starved(prob, runs, limits, stop)
+    if first is not None:
+        # A loaded host gave this test's run too little CPU to reach its CPU limit before the wall
+        # clock stopped it: run it, and the tests after it, once more with a longer wall clock
+        # (classify.STARVED_WALL_FACTOR), which an endless loop still ends at its CPU limit. What
+        # the longer wall clock stops is TLE.
+        longer = dataclasses.replace(limits, wall_s=limits.wall_s * STARVED_WALL_FACTOR)
+        ce, rest = _run_tests(prob, code, lang, be, stop, compile_limits, longer, first)
+        if ce is not None:
+            return JudgeResult(Verdict.CE, 0, n, message=ce)
+        runs = runs[:first] + rest
     tests = []
     for i, r in enumerate(runs):
         tests.append(grade_test(prob, i, r, limits))
@@ -84,6 +78,49 @@ def _judge(prob: Problem, code: str, lang: Language, be: Backend, stop: bool, co
     if pending:
         _check(prob, be, tests, {i: runs[i].stdout for i in pending}, stop)
     return summary(tests, n)
+
+
+def _run_tests(
+    prob: Problem,
+    code: str,
+    lang: Language,
+    be: Backend,
+    stop: bool,
+    compile_limits: Limits,
+    limits: Limits,
+    first: int,
+) -> tuple[str | None, list[RunResult]]:
+    """Compile, then run tests first.. in one session: the compiler's message, or None and one run
+    per test from `first` on (fewer when a failing test stopped the batch)."""
+    argv, files = lang.run_argv("sol"), {}
+    if prob.kind == "functional":
+        argv, files = [PYTHON, "harness.py", prob.fn_name], {"harness.py": HARNESS}
+    cases = prob.tests[first:]
+    specs = [RunSpec(argv, limits, t.input.encode(), files if k == 0 else {}) for k, t in enumerate(cases)]
+    accept = None
+    if prob.checker is None:  # with a checker, a run is graded only after the batch, by the checker
+
+        def accept(k: int, r: RunResult) -> bool:  # run k of specs: test first + k, graded as it comes back
+            # graded again by the caller from the batch's final result: the one seen here may lack its
+            # measured time and memory
+            try:
+                return grade_test(prob, first + k, r, limits).verdict is Verdict.AC
+            except SandboxError:  # the caller's grading raises it; the batch stops here
+                return False
+
+    with be.session() as s:
+        source = code.encode(errors="surrogatepass")
+        return _compile_and_run(s, lang, "sol", source, compile_limits, specs, stop, accept)
+
+
+def _first_starved(prob: Problem, runs: list[RunResult], limits: Limits, stop: bool, first: int = 0) -> int | None:
+    """The test index of the first starved run (classify.starved) among those graded, or None."""
+    for k, r in enumerate(runs):
+        if starved(r, limits):
+            return first + k
+        if stop and grade_test(prob, first + k, r, limits).verdict is not Verdict.AC:
+            return None  # judging ends at this test
+    return None
 
 
 def _compile_and_run(
@@ -116,6 +153,11 @@ def _compile_and_run(
         raise SandboxError(f"compiling: {r.message}")
     if r.status is RunStatus.OK:
         return None, runs[1:]
+    if compile_starved(r, limits):  # a compiler waits on nothing: the host starved it
+        raise SandboxError(
+            f"compiling: stopped by the wall clock ({limits.wall_s:g} s) after {r.cpu_s:.2f} s of CPU of its "
+            f"{limits.cpu_s:g} s limit: the host is too busy to compile"
+        )
     if r.status is RunStatus.TIMEOUT or r.cpu_s >= limits.cpu_s:
         return "compilation exceeded its time limit", []
     return (r.stderr or r.stdout)[-2000:].decode(
