@@ -358,7 +358,11 @@ class EmbedderConfig(Config):
         "sentence-transformers name or path; None is the bundled all-MiniLM-L6-v2 (the paper uses "
         "Qwen3-Embedding-8B for ICL). [C]/[R]",
     )
-    device: str | None = option(None, "Torch device for the encoder; None picks cuda when available, else cpu. [I]")
+    device: str | None = option(
+        None,
+        "Torch device for the encoder, checked at start-up (a GPU the trainer cannot see is an error); None picks "
+        "cuda when available, else cpu, and logs it. The GPU recipes set cuda (docs/algorithms.md, section 7). [I]",
+    )
     batch_size: int = option(256, "Encoder batch size. [I]")
     index: Literal["flat", "ivf", "hnsw"] = option(
         "flat",
