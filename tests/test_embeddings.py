@@ -169,3 +169,16 @@ def test_auto_device_says_what_it_picked_once(caplog):
     assert picked == ("cpu" if _no_gpu() else "cuda")
     lines = [r.getMessage() for r in caplog.records if r.name == "xrpo_verl.embeddings"]
     assert len(lines) == 1 and f"picked {picked}" in lines[0], lines
+
+
+def test_a_gpu_index_past_the_visible_ones_is_refused(monkeypatch):
+    """The decision for a process that sees two GPUs (stated to torch here: this machine has none)."""
+    import torch
+
+    from xrpo_verl.embeddings import device_problem
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    assert device_problem("cuda") is None and device_problem("cuda:1") is None
+    assert device_problem("cuda:3") == "'cuda:3' but this process sees 2 CUDA device(s) (CUDA_VISIBLE_DEVICES='4,5')"
