@@ -142,27 +142,26 @@ class Dataset:
 def responses_for(q_rate: np.ndarray, counts: list[int], args, rng) -> tuple[list[np.ndarray], np.ndarray]:
     """Token ids of every rollout (long-tailed lengths, newlines) and its success."""
     success = np.concatenate([rng.random(k) < r for r, k in zip(q_rate, counts)])
+    if success.size == 0:
+        return [], success
     median = args.response_tokens / 3.5
     lengths = np.exp(np.log(median) + 0.6 * rng.standard_normal(success.size))
     lengths = np.where(success, lengths, 1.3 * lengths)
     lengths = np.clip(lengths, 8, args.response_tokens).astype(int)
-    ids = []
-    for n in lengths:
-        t = rng.integers(20, 500, size=n)
-        t[rng.random(n) < 1 / NEWLINE_EVERY] = args.newline_id
-        ids.append(t)
+    flat = rng.integers(20, 500, size=int(lengths.sum()))
+    flat[rng.random(flat.size) < 1 / NEWLINE_EVERY] = args.newline_id
+    ids = np.split(flat, np.cumsum(lengths)[:-1])
     return ids, success
 
 
 def build_view(keys, uids, kinds, responses, success, rng):
     from xrpo_verl.verl_adapters.batch_view import BatchView
 
-    b, t = len(responses), max(len(r) for r in responses)
-    mask = torch.zeros(b, t)
+    lengths = torch.tensor([len(r) for r in responses])
+    b, t = len(responses), int(lengths.max())
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).float()
     rm = torch.zeros(b, t)
-    for i, r in enumerate(responses):
-        mask[i, : len(r)] = 1.0
-        rm[i, len(r) - 1] = float(success[i])
+    rm[torch.arange(b), lengths - 1] = torch.as_tensor(success, dtype=torch.float32)
     entropy = torch.rand(b, t) * 2 * mask
     return BatchView(
         uids=uids,
