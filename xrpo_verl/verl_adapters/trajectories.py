@@ -27,9 +27,10 @@ from xrpo_verl.rewards.result import is_success
 PARTITION = "train"
 # A round's wait polls TransferQueue every `poll_delay(elapsed)`: finely at first, so that a short
 # CPU round is not rounded up to a fixed period (paid by every round, several a step, where GRPO
-# waits once), coarsely in long GPU rounds, where a poll lists the whole partition. A round is
-# seen done at most POLL_LATENESS of its length late.
-POLL_MIN_S, POLL_MAX_S, POLL_LATENESS = 0.02, 0.2, 0.05
+# waits once), coarsely in long GPU rounds, where a poll lists the whole partition (B x n entries
+# and more at cluster size: the poll count, not the partition, is what this bounds). A round is
+# seen done at most POLL_LATENESS of its length late, and never more than POLL_MAX_S.
+POLL_MIN_S, POLL_MAX_S, POLL_LATENESS = 0.02, 2.0, 0.05
 ROUND_TIMEOUT_S = float(os.environ.get("XRPO_ROUND_TIMEOUT_S", "3600"))
 TERMINAL = ("finished", "failure")
 
