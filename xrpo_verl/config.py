@@ -314,6 +314,11 @@ class PrefixConfig(Config):
     )
     tau: float = option(0.1, "tau, softmax temperature of the semantic smoothing W = softmax(cos/tau). [C]")
     max_prefixes_per_prompt: int = option(128, "Prefix memory ring buffer per original prompt. [C]")
+    embed_tail_tokens: int = option(
+        512,
+        "A prefix is embedded from its last this many policy tokens, decoded: the encoder keeps only the end "
+        "of a text that fits its window, so the rest is never decoded (as the novelty bonus's tail_tokens). [I]",
+    )
     memory_prompts: int = option(
         2048,
         "Prompts the prefix memory holds at most; the one hard least recently is dropped first (the released "
@@ -338,6 +343,7 @@ class PrefixConfig(Config):
         check_range("PrefixConfig.tau", self.tau, lo=0, lo_open=True)
         check_range("PrefixConfig.max_prefixes_per_prompt", self.max_prefixes_per_prompt, lo=1)
         check_range("PrefixConfig.memory_prompts", self.memory_prompts, lo=1)
+        check_range("PrefixConfig.embed_tail_tokens", self.embed_tail_tokens, lo=1)
         check_range("PrefixConfig.queue_size", self.queue_size, lo=1)
         check_range("PrefixConfig.per_step", self.per_step, lo=0)
         check_range("PrefixConfig.warmup_steps", self.warmup_steps, lo=0)

@@ -146,3 +146,21 @@ def test_the_prefix_memory_holds_at_most_memory_prompts_the_least_recently_hard_
     assert len(state.prefix_memory) == 2 and got.memory_prompts == 2 and got.evicted_prompts == 1
     assert state.prefix_memory.entries("key_u0") == []  # hard first, dropped first
     assert got.memory_mb > 0 and got.metrics()["xrpo/prefix/memory/evicted_prompts"] == 1.0
+
+
+def test_only_the_tail_the_encoder_sees_is_decoded(hash_encoder):
+    state, cfg = _state(hash_encoder, embed_tail_tokens=3)
+    decoded = []
+
+    def decode(ids):
+        decoded.append(list(ids))
+        return " ".join(map(str, ids))
+
+    responses = [[1, 2, 3, 4, NL, 5, NL, 6, EOS]]
+    view = _view(responses, [[1.0] * 9], [0.0], ["u1"], ["base"])
+    rows = {"u1": {"reward_model": {"ground_truth": "0"}, "data_source": "d"}}
+    got = _queue(view, state, cfg, rows, decode=decode)
+    assert got.queued == 1
+    # one candidate (the step ending at 5; the last step is never a prefix): its last 3 tokens only
+    assert decoded == [[3, 4, NL]]
+    assert state.guided_queue.pop_many(1)[0].prefix_ids == [1, 2, 3, 4, NL]  # the guided prefix stays whole

@@ -140,7 +140,7 @@ def queue_prefixes(
         # very step, so they are neither decoded nor encoded
         hard.append((uid, idx, responses, cands[-memory_of.capacity :]))
     # one encoder call for every hard prompt of the step
-    texts = [decode(list(c.prefix_ids)) for *_, cands in hard for c in cands]
+    texts = [decode(list(c.prefix_ids[-cfg.embed_tail_tokens :])) for *_, cands in hard for c in cands]
     embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
     start = 0
     for uid, idx, responses, cands in hard:
