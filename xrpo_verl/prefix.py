@@ -68,14 +68,15 @@ def step_boundaries(
         raise ValueError(f"min_gap = {min_gap!r} and max_candidates = {max_candidates!r} must be >= 1")
     if not newline_ids:
         raise ValueError("newline_ids is empty: no token can end a step")
+    ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+    ends = np.flatnonzero(np.isin(ids, np.fromiter(newline_ids, dtype=np.int64))) + 1  # b after each newline
     kept: list[int] = []
-    for i, tok in enumerate(token_ids):
-        b = i + 1
-        if tok in newline_ids and (not kept or b - kept[-1] >= min_gap):
+    for b in ends.tolist():  # one pass over the newlines only, not every token
+        if not kept or b - kept[-1] >= min_gap:
             kept.append(b)
     if len(kept) > 1:
         kept.pop()  # it is the response's end whenever the response ends in a newline
-    elif kept and kept[0] >= len(token_ids):
+    elif kept and kept[0] >= ids.size:
         kept = []  # a lone boundary at the end is the whole response: nothing left to regenerate
     if max_len is not None:
         # before thinning, so a long response keeps up to K candidates within the cap
@@ -114,11 +115,20 @@ def smoothed_scores(scores: np.ndarray, embeddings: np.ndarray, tau: float) -> n
 
 @dataclass(frozen=True)
 class Candidate:
-    """A prefix of one rollout of a hard prompt's group."""
+    """A prefix of one rollout of a hard prompt's group: its first `length` tokens."""
 
     row: int  # the rollout's position in the group
-    prefix_ids: tuple[int, ...]  # its first b tokens
+    length: int  # b
     score: float  # MTE(p_b)
+    source: np.ndarray = field(repr=False, compare=False)  # (T,) int64, the rollout's token ids
+
+    @property
+    def prefix_ids(self) -> tuple[int, ...]:
+        return tuple(self.source[: self.length].tolist())
+
+    def tail(self, tokens: int) -> list[int]:
+        """The prefix's last `tokens` token ids."""
+        return self.source[max(0, self.length - tokens) : self.length].tolist()
 
 
 def group_candidates(
@@ -142,19 +152,31 @@ def group_candidates(
     if len(responses) != len(entropies):
         raise ValueError(f"{len(responses)} responses but {len(entropies)} entropy rows")
     out: list[Candidate] = []
-    seen: set[tuple[int, ...]] = set()
+    seen: dict[tuple[int, int], list[np.ndarray]] = {}  # (b, prefix hash) -> prefixes kept
     for g, (ids, h) in enumerate(zip(responses, entropies)):
-        ids = [int(t) for t in ids]
-        h = np.asarray(h, dtype=np.float64)[: len(ids)]
-        if h.size < len(ids):
-            raise ValueError(f"rollout {g}: {h.size} entropies for {len(ids)} tokens")
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        h = np.asarray(h, dtype=np.float64)[: ids.size]
+        if h.size < ids.size:
+            raise ValueError(f"rollout {g}: {h.size} entropies for {ids.size} tokens")
         bounds = step_boundaries(ids, newline_ids, min_gap=min_gap, max_candidates=max_candidates, max_len=max_len)
+        if not bounds:
+            continue
+        hashes = _prefix_hashes(ids)
         for b, score in zip(bounds, prefix_mean_entropies(h, bounds)):
-            key = tuple(ids[:b])
-            if key not in seen:
-                seen.add(key)
-                out.append(Candidate(g, key, float(score)))
+            # a prefix shared by rollouts is found by its hash, then compared whole (collisions)
+            same = seen.setdefault((b, int(hashes[b - 1])), [])
+            if not any(np.array_equal(ids[:b], other) for other in same):
+                same.append(ids[:b])
+                out.append(Candidate(g, int(b), float(score), ids))
     return out
+
+
+def _prefix_hashes(ids: np.ndarray) -> np.ndarray:
+    """h[b-1] = a polynomial hash of ids[:b] for every b (mod 2^64, by numpy's wrap-around), (T,) uint64."""
+    x = ids.astype(np.uint64) + np.uint64(1)
+    powers = np.cumprod(np.full(ids.size, 1_000_003, dtype=np.uint64))  # B^1 .. B^T
+    with np.errstate(over="ignore"):
+        return np.cumsum(x * powers, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -272,6 +294,14 @@ class PrefixMemory:
             return []
         emb = mem.embeddings()
         return [PrefixEntry(mem.prefix(i), x[2], emb[i]) for i, x in enumerate(mem.entries)]
+
+    def summary(self, prompt_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths (N,), MTEs (N,), embeddings (N, d)) of the prompt's entries, without their tokens."""
+        mem = self._mem.get(prompt_id)
+        if mem is None or not mem.entries:
+            return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 0), dtype=np.float32)
+        lengths = np.array([x[1] for x in mem.entries], dtype=np.int64)
+        return lengths, np.array([x[2] for x in mem.entries]), mem.embeddings()
 
     def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
         """Append a prefix (relative to the original prompt), evicting the oldest when full.

@@ -80,15 +80,14 @@ def _strip_tail(ids: list[int], drop: set[int]) -> list[int]:
     return ids[:end]
 
 
-def _smoothing_collapsed(memory: list[prefix_lib.PrefixEntry], spread: float) -> bool:
+def _smoothing_collapsed(scores: np.ndarray, embeddings: np.ndarray, spread: float) -> bool:
     """The smoothing tied every candidate although their raw MTEs differ and the encoder tells them apart.
 
     Equal raw scores, or prefixes the encoder reads as one text (distinct token ids that decode
     alike; the memory may also hold one prefix several times, as the released code's), tie by
     construction: that is the smoothing doing its job, not collapsing.
     """
-    scores = np.array([m.score for m in memory])
-    told_apart = len(np.unique(np.stack([m.embedding for m in memory]), axis=0)) > 1
+    told_apart = len(np.unique(embeddings, axis=0)) > 1
     return spread == 0.0 and bool(np.ptp(scores) > 0) and told_apart
 
 
@@ -140,26 +139,26 @@ def queue_prefixes(
         # very step, so they are neither decoded nor encoded
         hard.append((uid, idx, responses, cands[-memory_of.capacity :]))
     # one encoder call for every hard prompt of the step
-    texts = [decode(list(c.prefix_ids[-cfg.embed_tail_tokens :])) for *_, cands in hard for c in cands]
+    texts = [decode(c.tail(cfg.embed_tail_tokens)) for *_, cands in hard for c in cands]
     embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
     start = 0
     for uid, idx, responses, cands in hard:
         key = view.keys[idx[0]]
         emb = embeddings[start : start + len(cands)]
         start += len(cands)
-        memory_of.add_group(key, responses, [(c.row, len(c.prefix_ids), c.score) for c in cands], emb)
+        memory_of.add_group(key, responses, [(c.row, c.length, c.score) for c in cands], emb)
         # b* = argmin_i Σ_j softmax_j(cos_ij / τ) MTE_j over the prompt's whole prefix memory; as in
         # the released code, a hard prompt with no new candidate this step still draws from it
         found = memory_of.select(key, tau=cfg.tau)
         if found is None:
             continue
         entry, choice = found
-        memory = memory_of.entries(key)
+        lengths, scores, embs = memory_of.summary(key)
         out.candidates.append(len(cands))
-        out.memory.append(len(memory))
-        out.chosen_shortest += len(entry.prefix_ids) == min(len(m.prefix_ids) for m in memory)
-        out.chosen_lowest_raw += entry.score == min(m.score for m in memory)
-        out.tied += _smoothing_collapsed(memory, choice.spread)
+        out.memory.append(len(lengths))
+        out.chosen_shortest += len(entry.prefix_ids) == int(lengths.min())
+        out.chosen_lowest_raw += entry.score == float(scores.min())
+        out.tied += _smoothing_collapsed(scores, embs, choice.spread)
         source = source_rows.get(uid)
         if source is None:
             raise RuntimeError(f"hard prompt {uid} has no source row in this step; cannot queue its guided prompt")
