@@ -270,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     tq_probe = TqProbe()
     p = settings.xrpo.planner
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    try:  # the trainer's batched decode, where this checkout has it (a run of older code has not)
+        from xrpo_verl.verl_adapters.text import batch_decoder
+
+        decode_many = batch_decoder(tokenizer)
+    except ImportError:
+        decode_many = None
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
     per_step: list[dict] = []
@@ -389,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             end_ids=set(),
             decode=decode,
             max_prefix_len=int(settings.extra.prefix.max_prefix_frac * args.response_tokens),
+            **({"decode_many": decode_many} if decode_many is not None else {}),
         )
         parts["prefixes"] += time.perf_counter() - tic
         # --- checkpoint

@@ -69,7 +69,10 @@ def step_boundaries(
     if not newline_ids:
         raise ValueError("newline_ids is empty: no token can end a step")
     ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
-    ends = np.flatnonzero(np.isin(ids, np.fromiter(newline_ids, dtype=np.int64))) + 1  # b after each newline
+    is_newline = np.zeros(ids.size, dtype=bool)
+    for t in newline_ids:  # a handful of ids: cheaper than np.isin's sort
+        is_newline |= ids == t
+    ends = np.flatnonzero(is_newline) + 1  # b after each newline
     kept: list[int] = []
     for b in ends.tolist():  # one pass over the newlines only, not every token
         if not kept or b - kept[-1] >= min_gap:
@@ -172,11 +175,14 @@ def group_candidates(
 
 
 def _prefix_hashes(ids: np.ndarray) -> np.ndarray:
-    """h[b-1] = a polynomial hash of ids[:b] for every b (mod 2^64, by numpy's wrap-around), (T,) uint64."""
-    x = ids.astype(np.uint64) + np.uint64(1)
-    powers = np.cumprod(np.full(ids.size, 1_000_003, dtype=np.uint64))  # B^1 .. B^T
-    with np.errstate(over="ignore"):
-        return np.cumsum(x * powers, dtype=np.uint64)
+    """h[b-1] = a polynomial hash of ids[:b] for every b (mod 2^64, numpy's wrap-around), (T,) uint64."""
+    global _POWERS
+    if _POWERS.size < ids.size:
+        _POWERS = np.cumprod(np.full(max(ids.size, 2 * _POWERS.size), 1_000_003, dtype=np.uint64))  # B^1, B^2, ...
+    return np.cumsum((ids.astype(np.uint64) + np.uint64(1)) * _POWERS[: ids.size], dtype=np.uint64)
+
+
+_POWERS = np.zeros(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True)

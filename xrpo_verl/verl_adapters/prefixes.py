@@ -87,7 +87,7 @@ def _smoothing_collapsed(scores: np.ndarray, embeddings: np.ndarray, spread: flo
     alike; the memory may also hold one prefix several times, as the released code's), tie by
     construction: that is the smoothing doing its job, not collapsing.
     """
-    told_apart = len(np.unique(embeddings, axis=0)) > 1
+    told_apart = bool(np.ptp(embeddings, axis=0).any()) if len(embeddings) else False  # two rows differ
     return spread == 0.0 and bool(np.ptp(scores) > 0) and told_apart
 
 
@@ -101,6 +101,7 @@ def queue_prefixes(
     end_ids: set[int],
     decode: Callable[[list[int]], str],
     max_prefix_len: int,
+    decode_many: Callable[[list[list[int]]], list[str]] | None = None,
 ) -> PrefixQueueResult:
     """Queue one guided prompt per hard prompt of this step (ExTra §3.2).
 
@@ -113,6 +114,7 @@ def queue_prefixes(
         end_ids: EOS/padding ids stripped from a response's end.
         decode: token ids -> text (the policy's tokenizer).
         max_prefix_len: max_prefix_frac * max_response_length, in tokens.
+        decode_many: token id lists -> texts in one call (`text.batch_decoder`); `decode` per text if None.
     """
     out = PrefixQueueResult()
     if view.entropy is None or view.prompts is None:
@@ -139,7 +141,8 @@ def queue_prefixes(
         # very step, so they are neither decoded nor encoded
         hard.append((uid, idx, responses, cands[-memory_of.capacity :]))
     # one encoder call for every hard prompt of the step
-    texts = [decode(c.tail(cfg.embed_tail_tokens)) for *_, cands in hard for c in cands]
+    tails = [c.tail(cfg.embed_tail_tokens) for *_, cands in hard for c in cands]
+    texts = decode_many(tails) if decode_many is not None else [decode(t) for t in tails]
     embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
     start = 0
     for uid, idx, responses, cands in hard:
