@@ -33,11 +33,20 @@ print(json.dumps({"flags": {"cpu_platform": "cpu" in PlatformRegistry.registered
 
 
 @pytest.mark.slow  # a fresh interpreter or a model build
-@pytest.mark.parametrize("switch,expected,external", [("0", False, False), ("1", True, True), ("1", True, False)])
+@pytest.mark.parametrize(
+    "switch,expected,external",
+    [
+        ("0", False, None),
+        ("1", True, "xrpo_verl.cpu.register"),
+        ("1", True, "xrpo_verl.local.register"),
+        ("1", True, None),
+    ],
+)
 def test_cpu_switch_controls_every_registration(switch, expected, external):
     """Off: `import verl` (which loads our entry points) leaves verl untouched. On: all in place,
-    through VERL_USE_EXTERNAL_MODULES as the launchers set it, or through the CPU entry point alone;
-    the patched modules are patched once something imports them, and `import verl` alone loads none."""
+    through VERL_USE_EXTERNAL_MODULES as the launchers set it (or as scripts written before the
+    platform moved out of `xrpo_verl.local` do), or through the CPU entry point alone; the patched
+    modules are patched once something imports them, and `import verl` alone loads none."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -45,7 +54,7 @@ def test_cpu_switch_controls_every_registration(switch, expected, external):
     }
     env["XRPO_VERL_CPU"] = switch
     if external:  # as launch.cpu_env does: independent of the other plugin modules importing
-        env["VERL_USE_EXTERNAL_MODULES"] = "xrpo_verl.cpu.register"
+        env["VERL_USE_EXTERNAL_MODULES"] = external
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
