@@ -190,7 +190,7 @@ def plot(metrics: dict[int, dict], before: dict, after: dict, path: Path, title:
 
 @dataclass(frozen=True)
 class Task:
-    """What the five stages need of a task; `TASKS` holds the two."""
+    """What the five stages need of a task; `TASKS` builds each from the command line's arguments."""
 
     name: str
     default_recipe: str

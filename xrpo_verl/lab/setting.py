@@ -1,13 +1,9 @@
 """What every CPU setting of the lab fixes: a model, the sizes of a run and its held-out measurement.
 
 `Setting` writes these fields once, with their types and help lines. A task's setting adds its own
-fields and states only its defaults, as keywords of the class statement:
-
-    @dataclass(frozen=True)
-    class CodeSetting(Setting, steps=30, lr=6e-5, model=lambda: MODEL):
-        backend: ... = option("bwrap", "...")
-
-A default that must be built per instance (the model) is given as a function of no arguments.
+fields and states only the defaults it changes, as keywords of its class statement
+(`class CodeSetting(Setting, steps=..., model=lambda: MODEL)` in `code_rl.py`); a default built
+per instance (the model) is given as a function of no arguments.
 """
 
 from __future__ import annotations
