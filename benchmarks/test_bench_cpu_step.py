@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from xrpo_verl.local import arith, launch, tiny_model
+from xrpo_verl.lab import arith, launch, tiny_model
 
 STEPS = int(os.environ.get("XRPO_BENCH_CPU_STEPS", 6))
 BYPASS = os.environ.get("XRPO_BENCH_CPU_BYPASS", "1") == "1"
@@ -114,7 +114,7 @@ def verl_step_times(model_dir, out_dir) -> list[float]:
     extra = ["algorithm.rollout_correction.bypass_mode=True"] if BYPASS else []
     result = launch.launch(run, "grpo", extra, timeout_s=900)
     assert result.returncode == 0, result.stdout[-4000:]
-    from xrpo_verl.local.demo import read_metrics
+    from xrpo_verl.lab.launch import read_metrics
 
     metrics = read_metrics(run.metrics_path)
     return [metrics[s]["timing_s/step"] for s in sorted(metrics)]

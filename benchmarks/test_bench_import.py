@@ -26,7 +26,7 @@ PROBE = (
 )
 
 
-CPU = {"XRPO_VERL_CPU": "1", "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register"}
+CPU = {"XRPO_VERL_CPU": "1", "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.cpu.register"}
 
 
 def _import_verl(plugins: str, cpu: bool = False) -> tuple[float, int]:

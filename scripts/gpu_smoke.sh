@@ -21,10 +21,10 @@ MODES=${MODES:-"grpo_plain xrpo extra xrpo_extra drgrpo_xrpo gspo_xrpo_extra"}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 
 mkdir -p "$OUT/data"
-MODEL=${MODEL:-$($PY -c 'from xrpo_verl.local import tiny_model; print(tiny_model.build(verbose=False))')}
+MODEL=${MODEL:-$($PY -c 'from xrpo_verl.lab import tiny_model; print(tiny_model.build(verbose=False))')}
 $PY - "$OUT/data" <<'PYEOF'
 import sys
-from xrpo_verl.local import arith
+from xrpo_verl.lab import arith
 arith.write_parquet(f"{sys.argv[1]}/train.parquet", 512, seed=11, split="train")
 arith.write_parquet(f"{sys.argv[1]}/val.parquet", 64, seed=12, split="test")
 PYEOF
@@ -46,7 +46,7 @@ common=(
   algorithm.xrpo.planner.n_avg=$N algorithm.xrpo.planner.n_base=2 algorithm.xrpo.planner.n_max=$((4 * N))
   algorithm.extra.prefix.warmup_steps=1 algorithm.extra.prefix.per_step=2 algorithm.extra.prefix.n_suffix=2
   algorithm.extra.novelty.warmup=2
-  reward.custom_reward_function.path=pkg://xrpo_verl.local.arith reward.custom_reward_function.name=compute_score
+  reward.custom_reward_function.path=pkg://xrpo_verl.lab.arith reward.custom_reward_function.name=compute_score
   trainer.n_gpus_per_node=$GPUS trainer.nnodes=1 trainer.total_training_steps=$STEPS
   trainer.val_before_train=False trainer.test_freq=-1 trainer.save_freq=$STEPS
   trainer.logger=[console,file] trainer.project_name=xrpo_gpu_smoke

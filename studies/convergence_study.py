@@ -1,8 +1,8 @@
 """Convergence study on CPU, the learning setting: GRPO vs XRPO, ExTra and XRPO+ExTra at equal rollouts.
 
 Not a CI test (each run trains verl's real trainer on CPU for ~10 minutes). For each method and
-seed it trains the learning setting (`xrpo_verl/local/learning.py`: the tiny model partly warmed
-up on column addition, a disjoint held-out set) with `xrpo_verl/local/recipes/<method>.yaml` and the same
+seed it trains the learning setting (`xrpo_verl/lab/learning_setting.py`: the tiny model partly warmed
+up on column addition, a disjoint held-out set) with `xrpo_verl/lab/recipes/<method>.yaml` and the same
 rollouts per prompt for every method (GRPO's n = XRPO's n_avg); verl validates on the held-out set
 every `--val-every` steps (k samples at T=1: mean@k and pass@k); the final weights are then
 measured greedy and mean@k on `n_eval` problems (the held-out sums and more, none trained on).
@@ -192,13 +192,13 @@ def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int =
 
 
 def base_setting(name: str):
-    """The learning setting (`learning.LearningSetting()`), the premise testbed (`testbed.SETTING`), its
+    """The learning setting (`learning_setting.LearningSetting()`), the premise testbed (`testbed.SETTING`), its
     multi-epoch protocol (`testbed.EPOCHS`) or the code task (`code_rl.CodeSetting()`, rewards judged
     in the sandbox)."""
-    from xrpo_verl.local import code_rl, learning, testbed
+    from xrpo_verl.lab import code_rl, learning_setting, testbed
 
     settings = {"testbed": testbed.SETTING, "testbed_epochs": testbed.EPOCHS, "code": code_rl.CodeSetting()}
-    return settings.get(name) or learning.LearningSetting()
+    return settings.get(name) or learning_setting.LearningSetting()
 
 
 def study_setting(args):
@@ -209,18 +209,18 @@ def study_setting(args):
 
 def task_run(setting, out: Path, steps: int, method: str) -> tuple:
     """The setting's `CpuRun` under `out` and the task's own overrides of `method`'s recipe."""
-    from xrpo_verl.local import code_rl, learning
-    from xrpo_verl.local.launch import load_recipe
+    from xrpo_verl.lab import code_rl, learning_setting
+    from xrpo_verl.lab.launch import load_recipe
 
     if isinstance(setting, code_rl.CodeSetting):
         ours = bool(load_recipe(method).get("config_name"))
         return code_rl.cpu_run(out, setting, save_freq=steps), list(code_rl.XRPO_OVERRIDES if ours else ())
-    return learning.cpu_run(out, setting, save_freq=steps), []
+    return learning_setting.cpu_run(out, setting, save_freq=steps), []
 
 
 def run_one(method: str, seed: int, args) -> Path:
-    from xrpo_verl.local import learning
-    from xrpo_verl.local.launch import launch, load_recipe, trainer_command
+    from xrpo_verl.lab import learning_setting
+    from xrpo_verl.lab.launch import launch, load_recipe, trainer_command
 
     out = Path(args.out) / method / f"seed{seed}"
     if (out / "done.json").exists():
@@ -234,7 +234,9 @@ def run_one(method: str, seed: int, args) -> Path:
     run, task_extra = task_run(setting, out, every or args.steps, method)
     # verl's validation runs on the trainer's rollout path; measuring the checkpoints afterwards in
     # batched generate is several times faster, so the curve can afford the larger set
-    validation = ["trainer.val_before_train=False"] if every else learning.validation_overrides(setting, args.val_every)
+    validation = (
+        ["trainer.val_before_train=False"] if every else learning_setting.validation_overrides(setting, args.val_every)
+    )
     extra = [*validation, f"data.seed={seed}", *task_extra]
     check_command(out, trainer_command(run, load_recipe(method), extra))
     result = launch(run, method, extra, timeout_s=args.timeout, echo=True)
@@ -274,39 +276,39 @@ def compact(metrics: dict[int, dict], setting) -> dict:
 
 def load_record(run_dir: Path) -> dict:
     """A finished run's done.json; runs finished before done.json held the curve get it from metrics.jsonl."""
-    from xrpo_verl.local import learning
+    from xrpo_verl.lab import learning_setting
 
     record = json.loads((run_dir / "done.json").read_text())
     if "curve" not in record:
-        record.update(compact(read_metrics(run_dir / "metrics.jsonl"), learning.LearningSetting()))
+        record.update(compact(read_metrics(run_dir / "metrics.jsonl"), learning_setting.LearningSetting()))
     return record
 
 
 def measure(checkpoint: Path | None, setting, seed: int, greedy: bool = True, breadth_k: int = 0) -> dict:
     """Greedy and mean@k on the measurement set (`n_eval` problems; code: the held-out problems,
     judged in the sandbox, and pass@k) with standard errors over problems; with `breadth_k`, also
-    `learning.heldout_breadth` of that many samples (pass@breadth_k, Self-BLEU, LogDet, styles)."""
+    `learning_setting.heldout_breadth` of that many samples (pass@breadth_k, Self-BLEU, LogDet, styles)."""
     import torch
     from transformers import AutoTokenizer
 
-    from xrpo_verl.local import code_rl, learning, tiny_model
+    from xrpo_verl.lab import code_rl, learning_setting, tiny_model
 
     torch.set_num_threads(1)
     model_dir = tiny_model.build(setting.model)
-    model = learning.load_actor(model_dir, checkpoint)
+    model = learning_setting.load_actor(model_dir, checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     k, max_new = setting.val_samples, setting.max_response_length
     if isinstance(setting, code_rl.CodeSetting):
         heldout = code_rl.heldout_problems(setting)
         found = code_rl.heldout_accuracy(model, tokenizer, heldout, k, max_new, setting.backend, seed)
     else:
-        heldout = learning.heldout_problems(setting, setting.n_eval)
-        found = learning.heldout_accuracy(model, tokenizer, heldout, k, max_new, seed, greedy=greedy)
+        heldout = learning_setting.heldout_problems(setting, setting.n_eval)
+        found = learning_setting.heldout_accuracy(model, tokenizer, heldout, k, max_new, seed, greedy=greedy)
         if breadth_k:
             from xrpo_verl.embeddings import get_embedder
 
             embed = get_embedder().encode
-            more = learning.heldout_breadth(model, tokenizer, heldout, breadth_k, max_new, seed, embed)
+            more = learning_setting.heldout_breadth(model, tokenizer, heldout, breadth_k, max_new, seed, embed)
             found.update({key: v for key, v in more.items() if key not in found})  # mean@k stays greedy's run's
     return {
         k: {
@@ -470,7 +472,7 @@ def _in_se(change: float, se: float) -> str:
 
 def seeds_report(summary: dict, before: dict, k: int) -> str:
     """Per run: the change of greedy and mean@k on the measurement set, paired per problem, with its SE."""
-    from xrpo_verl.local import learning
+    from xrpo_verl.lab import learning_setting
 
     before = {key: before[key] for key in ("greedy", f"mean@{k}") if key in before}
 
@@ -485,21 +487,21 @@ def seeds_report(summary: dict, before: dict, k: int) -> str:
                 if method == "grpo" or not base.get(seed, {}).get(k) or not after.get(k):
                     versus_grpo.append("—")
                     continue
-                diff, se = learning.paired_change(base[seed][k], after[k])
+                diff, se = learning_setting.paired_change(base[seed][k], after[k])
                 versus_grpo.append(f"{diff:+.3f} ± {se:.3f} ({_in_se(diff, se)})")
             cells = []
             for k in before:
                 if not after.get(k) or "per_problem" not in before[k]:
                     cells.append("—")
                     continue
-                change, se = learning.paired_change(before[k]["per_problem"], after[k])
+                change, se = learning_setting.paired_change(before[k]["per_problem"], after[k])
                 moved = f"{before[k]['mean']:.3f} → {np.mean(after[k]):.3f}"
                 cells.append(f"{moved}, {change:+.3f} ± {se:.3f} ({_in_se(change, se)})")
             lines.append(f"| {method} | {seed} | " + " | ".join(cells + versus_grpo) + " |")
     return "\n".join(lines)
 
 
-BREADTH = (  # after training, `learning.breadth` of --breadth-k samples: (key, column, format)
+BREADTH = (  # after training, `learning_setting.breadth` of --breadth-k samples: (key, column, format)
     ("pass@{k}", "pass@{k}", "{:.3f}"),
     ("mean@{k}", "mean@{k}", "{:.3f}"),
     ("self_bleu", "Self-BLEU (lower: more diverse)", "{:.3f}"),
@@ -574,17 +576,35 @@ def parts_report(summary: dict, parts: dict[str, dict[str, bool]]) -> str:
     return "\n".join(lines)
 
 
+# The CPU platform and the toy lab moved out of `xrpo_verl.local` (issue 47): records made before
+# name the old modules in their trainer commands (`pkg://xrpo_verl.local.arith`). Read as the new
+# ones, so that a seed added now is compared with the configuration the finished seeds ran, not
+# with where its code lived then.
+MOVED_MODULES = (
+    (re.compile(r"xrpo_verl([./])local([./])(switches|register|shims|vllm_cpu|hf_rollout)\b"), r"xrpo_verl\1cpu\2\3"),
+    (re.compile(r"xrpo_verl([./])local([./])learning\b"), r"xrpo_verl\1lab\2learning_setting"),
+    (re.compile(r"xrpo_verl([./])local([./])"), r"xrpo_verl\1lab\2"),
+)
+
+
+def current_module_paths(token: str) -> str:
+    """`token` with the modules it names at their present paths."""
+    for old, new in MOVED_MODULES:
+        token = old.sub(new, token)
+    return token
+
+
 def run_settings(command: list[str], run_dir: Path) -> list[str]:
     """A trainer command less what differs between the seeds of one method: the interpreter, the
-    run's own paths and the data order."""
+    run's own paths and the data order; the modules it names at their present paths."""
     own = f"{run_dir.parent.name}/{run_dir.name}/"
-    return [t for t in command[1:] if own not in t and not t.startswith("data.seed=")]
+    return [current_module_paths(t) for t in command[1:] if own not in t and not t.startswith("data.seed=")]
 
 
 def check_command(run_dir: Path, command: list[str]) -> None:
     """Refuse to add a seed to a method whose finished seeds ran another trainer command (its recipe
     changed since): the seeds of one column must be runs of one configuration."""
-    from xrpo_verl.local.launch import read_command
+    from xrpo_verl.lab.launch import read_command
 
     mine = run_settings(command, run_dir)
     for other in sorted(run_dir.parent.glob("seed*")):
@@ -601,7 +621,7 @@ def check_command(run_dir: Path, command: list[str]) -> None:
 
 def check_model(out: Path, setting) -> None:
     """Refuse to add runs to records made from another model (the records' `model.json`)."""
-    from xrpo_verl.local import tiny_model
+    from xrpo_verl.lab import tiny_model
 
     model_dir = tiny_model.build(setting.model)
     found = {
@@ -633,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         "--methods",
         nargs="+",
         default=["grpo", "xrpo", "extra", "xrpo_extra", "xrpo_planner", "xrpo_planner_icl"],
-        help="xrpo_verl/local/recipes/<method>.yaml names",
+        help="xrpo_verl/lab/recipes/<method>.yaml names",
     )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--steps", type=int, default=None, help="default: the setting's")
@@ -684,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
         se = lambda v: "" if v["se"] is None else f"±{v['se']:.3f}"  # noqa: E731  (a run-level figure has none)
         print("before: " + "  ".join(f"{k} {v['mean']:.3f}{se(v)}" for k, v in before.items()))
     print(report(summary, before, args))
-    from xrpo_verl.local.launch import recipe_parts
+    from xrpo_verl.lab.launch import recipe_parts
 
     print(parts_report(summary, {method: recipe_parts(method) for method in summary}))
     if before:

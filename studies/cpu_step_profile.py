@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import json
 
-    from xrpo_verl.local import arith, launch, tiny_model
+    from xrpo_verl.lab import arith, launch, tiny_model
 
     if args.ray_defaults:
         launch.LEAN_RAY_ENV = {}

@@ -4,7 +4,7 @@ Same estimator as verl's GRPO on CPU here: group-normalised advantages, token-me
 loss, one AdamW step per batch (on-policy, so no ratio clipping acts), grad-norm clip 1.0,
 sampling at T=1 with `transformers` generate. Measures the held-out sums of the learning setting
 (greedy and mean@k, standard errors over problems) every `--eval-every` steps. Not a substitute
-for a verl run: a setting found here is then confirmed through `python -m xrpo_verl.local.demo`.
+for a verl run: a setting found here is then confirmed through `python -m xrpo_verl.lab demo`.
 
     python studies/grpo_scout.py --lr 3e-5 --steps 40 --eval-every 20
 """
@@ -21,17 +21,17 @@ import torch
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer, GenerationConfig
 
-    from xrpo_verl.local import addition, learning, tiny_model
-    from xrpo_verl.local.arith import compute_score
+    from xrpo_verl.lab import addition, learning_setting, tiny_model
+    from xrpo_verl.lab.arith import compute_score
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lr", type=float, nargs="+", default=[learning.LearningSetting.lr])
+    p.add_argument("--lr", type=float, nargs="+", default=[learning_setting.LearningSetting.lr])
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--eval-every", type=int, default=20)
     p.add_argument("--seed", type=int, default=0, help="data order and sampling")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    setting = learning.LearningSetting()
+    setting = learning_setting.LearningSetting()
     model_dir = tiny_model.build(setting.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     train, heldout = addition.train_and_heldout(
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     B, n, max_new = setting.prompts_per_step, setting.n, setting.max_response_length
 
     def measure(model) -> str:
-        found = learning.heldout_accuracy(model, tok, heldout, setting.val_samples, max_new)
+        found = learning_setting.heldout_accuracy(model, tok, heldout, setting.val_samples, max_new)
         return "  ".join(f"{k} {v} (never {v.never}, always {v.always})" for k, v in found.items())
 
     sampling = GenerationConfig(
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )  # fmt: skip
     for lr in args.lr:
-        model = learning.load_actor(model_dir)
+        model = learning_setting.load_actor(model_dir)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         order = list(range(len(train)))
         random.Random(args.seed).shuffle(order)

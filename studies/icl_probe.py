@@ -21,8 +21,8 @@ def pass_rates(model, tok, texts: list[str], answers: list[int], k: int, max_new
     import torch
     from transformers import GenerationConfig
 
-    from xrpo_verl.local import addition, tiny_model
-    from xrpo_verl.local.arith import compute_score
+    from xrpo_verl.lab import addition, tiny_model
+    from xrpo_verl.lab.arith import compute_score
 
     config = GenerationConfig(
         do_sample=True,
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     from xrpo_verl import icl
-    from xrpo_verl.local import addition, learning, tiny_model
+    from xrpo_verl.lab import addition, learning_setting, tiny_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--problems", type=int, default=48, help="3-digit training sums to try")
@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    setting = learning.LearningSetting()
+    setting = learning_setting.LearningSetting()
     model_dir = tiny_model.build(setting.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.padding_side = "left"
-    model = learning.load_actor(model_dir)
+    model = learning_setting.load_actor(model_dir)
     train, _ = addition.train_and_heldout(setting.n_train, setting.n_heldout, setting.data_seed)
     three = [s for s in train if s.a >= 100 and s.b >= 100]
     probes, shots = three[: args.problems], three[args.problems : args.problems + 2]

@@ -35,20 +35,20 @@ def tiny_subject(name: str, n_train: int, n_heldout: int, overrides: dict | None
     from transformers import AutoTokenizer
 
     from xrpo_verl.eval.premises import Problem
-    from xrpo_verl.local import addition, learning, testbed, tiny_model
-    from xrpo_verl.local.arith import compute_score
+    from xrpo_verl.lab import addition, learning_setting, testbed, tiny_model
+    from xrpo_verl.lab.arith import compute_score
 
-    setting = testbed.SETTING if name == "testbed" else learning.LearningSetting()
+    setting = testbed.SETTING if name == "testbed" else learning_setting.LearningSetting()
     if overrides:
         setting = replace(setting, model=replace(setting.model, **overrides))
     model_dir = tiny_model.build(setting.model)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = learning.load_actor(model_dir)
+    model = learning_setting.load_actor(model_dir)
     train, heldout = addition.train_and_heldout(
         setting.n_train, setting.n_heldout, setting.data_seed, setting.model.addition
     )
     train = random.Random(0).sample(train, n_train)
-    heldout = learning.heldout_problems(setting, n_heldout)
+    heldout = learning_setting.heldout_problems(setting, n_heldout)
 
     def problem(kind: str, i: int, s) -> Problem:
         return Problem(

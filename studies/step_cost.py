@@ -50,11 +50,11 @@ PARTS = {
 
 def run_recipe(name: str, out: Path, steps: int, backend: str, seed: int, extra: list[str]) -> dict[int, dict]:
     """Train recipe (or variant) `name` for `steps` steps of the learning setting; verl's metrics per step."""
-    from xrpo_verl.local import launch, learning
+    from xrpo_verl.lab import launch, learning_setting
 
     recipe, variant = VARIANTS.get(name, (name, []))
-    setting = replace(learning.LearningSetting(), steps=steps)
-    run = learning.cpu_run(out / name, setting)
+    setting = replace(learning_setting.LearningSetting(), steps=steps)
+    run = learning_setting.cpu_run(out / name, setting)
     go = launch.launch_vllm if backend == "vllm" else launch.launch
     result = go(run, recipe, [f"data.seed={seed}", *variant, *extra], timeout_s=3600)
     if result.returncode != 0:

@@ -35,7 +35,7 @@ def split_changes(before: list[float], after: list[float], unknown: list[bool]) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xrpo_verl.local import addition, learning, testbed
+    from xrpo_verl.lab import addition, learning_setting, testbed
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="outputs/tb_study")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     before = json.loads((out / "before.json").read_text())
     metric = args.metric or next(k for k in before if k.startswith("mean@"))
     n = len(before[metric]["per_problem"])
-    problems = learning.heldout_problems(testbed.SETTING, n)
+    problems = learning_setting.heldout_problems(testbed.SETTING, n)
     known = set(addition.FAMILY_NAMES[: testbed.MODEL.addition.known_families])
     unknown = [p.family not in known for p in problems]
     print(f"| run | {metric} known: before → after (change) | {metric} unknown: before → after (change) |")

@@ -1,12 +1,12 @@
 """TRL's GRPOTrainer as the reference for verl's GRPO on the CPU learning setting.
 
 Not a CI test (each run trains for minutes on CPU). Both trainers get the same thing:
-the learning setting's model, training sums and held-out sums (`xrpo_verl/local/learning.py`),
+the learning setting's model, training sums and held-out sums (`xrpo_verl/lab/learning_setting.py`),
 the training sums in verl's order for the seed (verl's `RandomSampler` seeded with `data.seed`),
 8 prompts x 8 completions a step, T = 1, at most 48 new tokens, AdamW at a constant lr 3e-5
 (weight decay 0.01, grad clip 1.0: verl's defaults), no KL, one optimizer step per batch,
 token-mean loss (TRL's `loss_type="dapo"` over one batch is verl's `token-mean`), group-normalised
-advantages. Held-out greedy and mean@4 are measured with `learning.heldout_accuracy` (evaluation
+advantages. Held-out greedy and mean@4 are measured with `learning_setting.heldout_accuracy` (evaluation
 seed 0, as the demo) at steps 0, 10, ..., 50: TRL's from the in-memory model, verl's from actor
 checkpoints saved every 10 steps.
 
@@ -36,9 +36,9 @@ TRAINERS = ("trl", "verl")
 
 
 def setting_for(args):
-    from xrpo_verl.local import learning
+    from xrpo_verl.lab import learning_setting
 
-    return replace(learning.LearningSetting(), steps=args.steps)
+    return replace(learning_setting.LearningSetting(), steps=args.steps)
 
 
 def evaluate(model, setting) -> dict:
@@ -46,7 +46,7 @@ def evaluate(model, setting) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from xrpo_verl.local import learning, tiny_model
+    from xrpo_verl.lab import learning_setting, tiny_model
 
     model_dir = tiny_model.build(setting.model, verbose=False)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -54,10 +54,10 @@ def evaluate(model, setting) -> dict:
     was_training = model.training
     model.eval()
     try:
-        found = learning.heldout_accuracy(
+        found = learning_setting.heldout_accuracy(
             model,
             tokenizer,
-            learning.heldout_problems(setting),
+            learning_setting.heldout_problems(setting),
             setting.val_samples,
             setting.max_response_length,
             EVAL_SEED,
@@ -86,10 +86,10 @@ def run_trl(seed: int, setting, out: Path, eval_every: int) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from xrpo_verl.local import arith, learning
+    from xrpo_verl.lab import arith, learning_setting
 
     torch.set_num_threads(1)
-    model_dir, train_file, _ = learning.prepare(out, setting)
+    model_dir, train_file, _ = learning_setting.prepare(out, setting)
     rows = pd.read_parquet(train_file)
     order = verl_order(len(rows), seed)[: setting.steps * setting.prompts_per_step]
     data = Dataset.from_list(
@@ -163,9 +163,9 @@ def run_trl(seed: int, setting, out: Path, eval_every: int) -> dict:
 
 
 def run_verl(seed: int, setting, out: Path, eval_every: int) -> dict:
-    from xrpo_verl.local import launch, learning
+    from xrpo_verl.lab import launch, learning_setting
 
-    run = learning.cpu_run(out, setting, save_freq=eval_every)
+    run = learning_setting.cpu_run(out, setting, save_freq=eval_every)
     start, first_step = time.time(), []
 
     def on_line(line: str) -> None:
@@ -179,7 +179,7 @@ def run_verl(seed: int, setting, out: Path, eval_every: int) -> dict:
     metrics = launch.read_metrics(run.metrics_path)
     evals = {}
     for step in range(eval_every, setting.steps + 1, eval_every):
-        model = learning.load_actor(run.model_path, run.ckpt_dir / f"global_step_{step}" / "actor")
+        model = learning_setting.load_actor(run.model_path, run.ckpt_dir / f"global_step_{step}" / "actor")
         evals[step] = evaluate(model, setting)
         print(f"  verl seed {seed} step {step}: " + fmt(evals[step]), flush=True)
     shutil.rmtree(run.ckpt_dir)
@@ -301,9 +301,9 @@ def plot(runs: dict, names: list[str], args, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xrpo_verl.local import learning
+    from xrpo_verl.lab import learning_setting
 
-    defaults = learning.LearningSetting()
+    defaults = learning_setting.LearningSetting()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="data order (verl's data.seed) and TRL's seed")
@@ -316,10 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         if not (out / "before.json").exists():
-            from xrpo_verl.local import tiny_model
+            from xrpo_verl.lab import tiny_model
 
             setting = setting_for(args)
-            model = learning.load_actor(tiny_model.build(setting.model))
+            model = learning_setting.load_actor(tiny_model.build(setting.model))
             (out / "before.json").write_text(json.dumps(evaluate(model, setting)))
         for seed in args.seeds:
             for trainer in args.trainers:

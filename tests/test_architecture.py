@@ -65,23 +65,30 @@ def _files(*patterns: str) -> list[Path]:
     return sorted(p for pattern in patterns for p in ROOT.glob(pattern))
 
 
+# The CPU mode: the platform every process of a run loads, the toy lab that launches runs, and
+# the platform's entry point under its old name.
+CPU_MODE = ("xrpo_verl.cpu", "xrpo_verl.lab", "xrpo_verl.local")
+
 # layer -> (its files, what they must never import: a top-level package, or a package of ours)
 RULES = {
     "xrpo_verl/<pure>.py": (
         [ROOT / "xrpo_verl" / f"{m}.py" for m in PURE],
-        FRAMEWORKS | {"sandbox", "xrpo_verl.verl_adapters", "xrpo_verl.local", "xrpo_verl.rewards", "xrpo_verl.eval"},
+        FRAMEWORKS | {"sandbox", "xrpo_verl.verl_adapters", *CPU_MODE, "xrpo_verl.rewards", "xrpo_verl.eval"},
     ),
     "sandbox/": (_files("sandbox/**/*.py"), FRAMEWORKS | {"torch", "transformers", "xrpo_verl"}),
     "xrpo_verl/rewards/ scorers": (
         [ROOT / "xrpo_verl" / "rewards" / f"{m}.py" for m in ("math", "code", "extract", "routing")],
-        FRAMEWORKS | {"xrpo_verl.verl_adapters", "xrpo_verl.local"},
+        FRAMEWORKS | {"xrpo_verl.verl_adapters", *CPU_MODE},
     ),
     "xrpo_verl/data/": (_files("xrpo_verl/data/**/*.py"), FRAMEWORKS),
     # the adapters import verl and everything of ours below them, nothing above
     "xrpo_verl/verl_adapters/, rewards/manager.py": (
         _files("xrpo_verl/verl_adapters/*.py", "xrpo_verl/rewards/manager.py"),
-        {"xrpo_verl.local", "xrpo_verl.eval"},
+        {*CPU_MODE, "xrpo_verl.eval"},
     ),
+    # every process of a run loads the platform through the `xrpo_cpu` entry point: it never
+    # imports the toy lab that launches those runs (nor the old path that re-exports it)
+    "xrpo_verl/cpu/": (_files("xrpo_verl/cpu/**/*.py"), {"xrpo_verl.lab", "xrpo_verl.local"}),
 }
 
 
@@ -100,8 +107,18 @@ def test_layer_imports_nothing_above_it(layer):
 def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):
     """A scan that missed these would pass a circle made of them."""
     assert "xrpo_verl.verl_adapters.trainer" in GRAPH["xrpo_verl.verl_adapters.plugin"]  # registration table
-    assert "xrpo_verl.local.register" in GRAPH["xrpo_verl.local.launch"]  # VERL_USE_EXTERNAL_MODULES
-    assert "xrpo_verl.local.shims" in GRAPH["xrpo_verl.local.register"]  # imported inside enable()
+    assert "xrpo_verl.cpu.register" in GRAPH["xrpo_verl.lab.launch"]  # VERL_USE_EXTERNAL_MODULES
+    assert "xrpo_verl.cpu.shims" in GRAPH["xrpo_verl.cpu.register"]  # imported inside enable()
+
+
+def test_the_platform_is_a_folder_of_its_own_and_the_entry_point_loads_it():
+    """The boundary is drawn by folder: a platform module left in the lab, or a lab module moved into
+    the platform, would escape the rule above; and `xrpo_cpu` must name a platform module."""
+    platform = {"switches", "register", "shims", "vllm_cpu", "hf_rollout"}
+    assert {m.rpartition(".")[2] for m in MODULES if m.startswith("xrpo_verl.cpu.")} == platform
+    assert not platform & {m.rpartition(".")[2] for m in MODULES if m.startswith("xrpo_verl.lab.")}
+    assert re.search(r'(?m)^xrpo_cpu = "xrpo_verl\.cpu\.register"$', (ROOT / "pyproject.toml").read_text())
+    assert {m for m in MODULES if m.startswith("xrpo_verl.local")} == {"xrpo_verl.local", "xrpo_verl.local.register"}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

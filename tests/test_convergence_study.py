@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xrpo_verl.local import launch
+from xrpo_verl.lab import launch
 
 _spec = importlib.util.spec_from_file_location(
     "convergence_study", Path(__file__).resolve().parents[1] / "studies" / "convergence_study.py"
@@ -58,7 +58,7 @@ def test_val_curve_counts_every_rollout_pilot_commit_generated():
 
 
 def test_the_multi_epoch_testbed_is_the_testbed_over_fewer_prompts_for_more_steps():
-    from xrpo_verl.local import addition, testbed
+    from xrpo_verl.lab import addition, testbed
 
     epochs = study.base_setting("testbed_epochs")
     assert (epochs.n_train, epochs.steps) == (128, 64)
@@ -97,7 +97,7 @@ def test_parts_report_says_off_for_a_part_the_method_lacks():
         "xrpo": {"series_run_means": series},
         "extra": {"series_run_means": {**series, "xrpo/icl/triggers": [0.0, 0.0]}},
     }
-    from xrpo_verl.local.launch import PARTS
+    from xrpo_verl.lab.launch import PARTS
 
     parts = {"xrpo": {p: p in ("planner", "icl") for p in PARTS}, "extra": dict.fromkeys(PARTS, False)}
     rows = [line.split(" | ") for line in study.parts_report(summary, parts).splitlines()[2:]]
@@ -112,11 +112,11 @@ def test_check_model_refuses_runs_of_another_model(tmp_path, monkeypatch):
     import json
     from dataclasses import replace
 
-    from xrpo_verl.local import learning, tiny_model
+    from xrpo_verl.lab import learning_setting, tiny_model
 
     monkeypatch.setenv("XRPO_VERL_CACHE", str(tmp_path / "cache"))
     tiny = tiny_model.TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, sft_steps=1, sft_batch_size=2)
-    setting = replace(learning.LearningSetting(), model=tiny)
+    setting = replace(learning_setting.LearningSetting(), model=tiny)
     out = tmp_path / "study"
     out.mkdir()
     study.check_model(out, setting)  # first run: records the model
@@ -129,16 +129,40 @@ def test_check_model_refuses_runs_of_another_model(tmp_path, monkeypatch):
 
 
 def test_base_setting_selects_the_testbed_model():
-    from xrpo_verl.local import learning, testbed
+    from xrpo_verl.lab import learning_setting, testbed
 
     assert study.base_setting("testbed") == testbed.SETTING
-    assert study.base_setting("learning") == learning.LearningSetting()
-    assert testbed.SETTING.model.key != learning.MODEL.key
+    assert study.base_setting("learning") == learning_setting.LearningSetting()
+    assert testbed.SETTING.model.key != learning_setting.MODEL.key
     # the testbed's two styles fit its response budget: a 3-digit sum in 'words' with room to spare
-    from xrpo_verl.local import addition
+    from xrpo_verl.lab import addition
 
     text = addition.solution_text(addition.Sum(999, 999), "words")
     assert len(text) < testbed.SETTING.max_response_length
+
+
+def test_a_seed_run_now_joins_the_records_made_before_the_lab_moved(tmp_path):
+    """A record of set C names the arithmetic scorer at its old path (`xrpo_verl.local.arith`); the
+    same configuration run now names `xrpo_verl.lab.arith`, and must still be accepted beside it."""
+    record = Path(__file__).resolve().parents[1] / "studies/records/convergence_testbed_c/grpo/seed0"
+    old = launch.read_command(record)
+    assert "reward.custom_reward_function.path=pkg://xrpo_verl.local.arith" in old
+    grpo = tmp_path / "convergence_testbed_c" / "grpo"
+    _finished(grpo / "seed0", old)
+    reward = {t.partition("=")[0]: t for t in launch.ARITH_REWARD}
+    now = [
+        reward.get(t.partition("=")[0], t).replace("grpo/seed0/", "grpo/seed5/").replace("data.seed=0", "data.seed=5")
+        for t in old
+    ]
+    assert "reward.custom_reward_function.path=pkg://xrpo_verl.lab.arith" in now
+    study.check_command(grpo / "seed5", now)
+    changed = [t.replace("lr=3e-05", "lr=1e-04") for t in now]
+    with pytest.raises(SystemExit, match="actor_rollout_ref.actor.optim.lr"):
+        study.check_command(grpo / "seed5", changed)  # the old records still refuse another configuration
+    assert study.current_module_paths("VERL_USE_EXTERNAL_MODULES=xrpo_verl.local.register") == (
+        "VERL_USE_EXTERNAL_MODULES=xrpo_verl.cpu.register"
+    )
+    assert study.current_module_paths("xrpo_verl/local/learning.py") == "xrpo_verl/lab/learning_setting.py"
 
 
 def test_family_split_pairs_changes_within_each_kind():

@@ -206,7 +206,7 @@ def test_icl_user_turn_fits_the_rollout_prompt_cap_with_the_chat_template():
     a 64-token prompt cap, so every all-fail prompt fell back to zero-shot and ICL never triggered.
     The budget is the rollout's cap minus what the chat template adds around the user turn."""
     from xrpo_verl.icl import ICLExample, render_icl_prompt, user_turn_budget
-    from xrpo_verl.local.tiny_model import TinyModelConfig, build_tokenizer
+    from xrpo_verl.lab.tiny_model import TinyModelConfig, build_tokenizer
 
     tok = build_tokenizer(TinyModelConfig())
     messages = [{"role": "user", "content": "57+88=?"}]

@@ -21,12 +21,12 @@ PROBE = r"""
 import json, subprocess, sys
 from pathlib import Path
 import xrpo_verl, sandbox
-from xrpo_verl.local import launch
+from xrpo_verl.lab import launch
 from xrpo_verl.verl_adapters.config import CONFIG_DIR
 import verl
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY
 recipes = sorted(p.stem for p in launch.RECIPE_DIR.glob("[!_]*.yaml"))
-demo = subprocess.run([sys.executable, "-m", "xrpo_verl.local.demo", "--help"], capture_output=True, text=True)
+demo = subprocess.run([sys.executable, "-m", "xrpo_verl.lab", "demo", "--help"], capture_output=True, text=True)
 print(json.dumps({
     "package": xrpo_verl.__file__, "sandbox": sandbox.__file__, "recipes": recipes,
     "xrpo_extra_config": launch.load_recipe("xrpo_extra")["config_name"],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import vllm_cpu
+from xrpo_verl.cpu import vllm_cpu
 
 PROBLEM = vllm_cpu.environment_problem(True, True, vllm_cpu.installed_vllm(), vllm_cpu.cpu_flags())
 
@@ -52,14 +52,14 @@ def remove_leaked_shared_memory():
 @pytest.fixture(scope="session")
 def untied_model_dir() -> Path:
     """The warmed-up tiny model with its output layer untied (a weight push must carry lm_head too)."""
-    from xrpo_verl.local import tiny_model
+    from xrpo_verl.lab import tiny_model
 
     return tiny_model.untied_copy(tiny_model.build())
 
 
 @pytest.fixture(scope="session")
 def arith_data(tmp_path_factory) -> tuple[Path, Path]:
-    from xrpo_verl.local import arith
+    from xrpo_verl.lab import arith
 
     root = tmp_path_factory.mktemp("arith")
     train = arith.write_parquet(root / "train.parquet", 64, seed=11, split="train")

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
+from xrpo_verl.cpu.switches import VLLM_SWITCH
 from xrpo_verl.eval import generate as G
-from xrpo_verl.local import arith, tiny_model
-from xrpo_verl.local.switches import VLLM_SWITCH
+from xrpo_verl.lab import arith, tiny_model
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import launch
+from xrpo_verl.lab import launch
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def grpo_run(untied_model_dir, arith_data, tmp_path_factory):
         "grpo",
         timeout_s=1500,
         env_updates={
-            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register,vllm_skip_push",
+            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.cpu.register,vllm_skip_push",
             "PYTHONPATH": f"{Path(__file__).parent}:{Path(__file__).parents[1]}",
             "XRPO_VLLM_SKIP_PUSH": str(SKIPPED_PUSH),
         },

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from xrpo_verl.local import arith, launch
-from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.lab import arith, launch
+from xrpo_verl.lab.launch import read_metrics
 
 pytestmark = pytest.mark.slow
 

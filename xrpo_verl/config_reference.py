@@ -2,7 +2,7 @@
 
 The algorithm settings (`algorithm.xrpo.*`, `algorithm.extra.*`, `xrpo_verl/config.py`), the
 reward manager's (`reward.reward_kwargs.*`, `xrpo_verl/rewards/`), the CPU runs' (the demo,
-the tests and the benchmarks, `xrpo_verl/local/`), the evaluation's sampling and the sandbox's
+the tests and the benchmarks, `xrpo_verl/lab/`, `xrpo_verl/cpu/`), the evaluation's sampling and the sandbox's
 backends, all written in `config.py`'s style: a type, a default and one help line per field, from
 which this page is generated. The sandbox imports nothing of ours (it has its own `option`), so its
 configs are no `Config`s: they come last, in SANDBOX_SECTIONS.
@@ -13,11 +13,11 @@ import sys
 from sandbox.backends.bwrap import BwrapConfig
 from sandbox.backends.docker import DockerConfig
 from xrpo_verl import config as C
+from xrpo_verl.cpu.hf_rollout import HFEngineConfig
 from xrpo_verl.eval.generate import SamplingConfig
-from xrpo_verl.local.code_rl import CodeSetting
-from xrpo_verl.local.hf_rollout import HFEngineConfig
-from xrpo_verl.local.launch import CpuRun
-from xrpo_verl.local.learning import LearningSetting
+from xrpo_verl.lab.code_rl import CodeSetting
+from xrpo_verl.lab.launch import CpuRun
+from xrpo_verl.lab.learning_setting import LearningSetting
 from xrpo_verl.rewards.code import CodeRewardConfig
 from xrpo_verl.rewards.manager import OverlongConfig, XrpoRewardConfig
 from xrpo_verl.rewards.math import MathRewardConfig
@@ -34,7 +34,7 @@ SECTIONS = [
         (XrpoRewardConfig, MathRewardConfig, CodeRewardConfig, OverlongConfig),
     ),
     (
-        "CPU runs: `xrpo_verl/local/`",
+        "CPU runs: `xrpo_verl/lab/`, `xrpo_verl/cpu/`",
         "The sizes of the demo's, the tests' and the benchmarks' CPU runs of verl; the `hf` rollout's engine.",
         (CpuRun, LearningSetting, CodeSetting, HFEngineConfig),
     ),

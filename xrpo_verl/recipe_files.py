@@ -1,5 +1,5 @@
 """Recipe files, read the one way both recipe sets use: the GPU recipes (`recipes/`, launched by
-`recipes/launch.py`) and the CPU ones (`xrpo_verl/local/recipes/`, launched by `xrpo_verl.local.launch`).
+`recipes/launch.py`) and the CPU ones (`xrpo_verl/lab/recipes/`, launched by `xrpo_verl.lab.launch`).
 
 A recipe file is YAML with these keys (any other is an error):
 

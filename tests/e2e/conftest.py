@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import tiny_model
+from xrpo_verl.lab import tiny_model
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ _ROLLOUT_REGISTRY[("hf", "async")] = "cpu_nosync_control.NoSyncAdapter"
 def __getattr__(name):
     if name != "NoSyncAdapter":
         raise AttributeError(name)
-    from xrpo_verl.local.hf_rollout import HFServerAdapter
+    from xrpo_verl.cpu.hf_rollout import HFServerAdapter
 
     class NoSyncAdapter(HFServerAdapter):
         pushes = 0

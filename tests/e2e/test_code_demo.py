@@ -28,7 +28,7 @@ def test_code_demo_raises_the_heldout_pass_rate(tmp_path):
     if reason := bwrap_available():
         pytest.skip(f"bubblewrap unavailable: {reason}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "xrpo_verl.local.demo", "--task", "code", "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "xrpo_verl.lab", "demo", "--task", "code", "--out", str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=2400)
     assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-4000:])
     summary = json.loads((tmp_path / "code_xrpo" / "summary.json").read_text())

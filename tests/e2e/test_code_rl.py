@@ -1,6 +1,6 @@
 """Code RL end to end: verl's `main_ppo` (XRPO trainer mode) trains on rewards judged in the sandbox.
 
-One run per backend, 2 steps of 4 prompts of the tiny code task (`xrpo_verl.local.code_task`):
+One run per backend, 2 steps of 4 prompts of the tiny code task (`xrpo_verl.lab.code_task`):
 Docker with the `xrpo` recipe (planner, ICL, sharpening), bubblewrap with `extra` (ExTra alone:
 fixed n, novelty over programs, prefix regeneration), which is also the one launch of that recipe
 in the suite. The reward is `reward.reward_manager.name=xrpo`, so verl's reward-loop workers (Ray
@@ -50,8 +50,8 @@ import pytest
 from sandbox.backends.bwrap import BwrapConfig, bwrap_available
 from sandbox.backends.docker import LABEL, docker_available
 from sandbox.backends.uids import default_lock_dir, lock_path
-from xrpo_verl.local import code_rl, code_task, launch
-from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.lab import code_rl, code_task, launch
+from xrpo_verl.lab.launch import read_metrics
 from xrpo_verl.rewards.code import VERDICTS, CodeRewardConfig, compute_score
 
 pytestmark = pytest.mark.slow
@@ -199,7 +199,7 @@ def _problems(path: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def code_model_dir() -> Path:
-    from xrpo_verl.local import tiny_model
+    from xrpo_verl.lab import tiny_model
 
     return tiny_model.build(code_rl.MODEL)
 
@@ -408,12 +408,12 @@ def test_heldout_accuracy_counts_accepted_programs(code_model_dir):
     with re-judging the same sampled programs, and pass@k >= mean@k on every problem."""
     from transformers import AutoTokenizer
 
-    from xrpo_verl.local import learning
+    from xrpo_verl.lab import learning_setting
 
     if bwrap_available() is not None:
         pytest.skip("bubblewrap unavailable")
     tokenizer = AutoTokenizer.from_pretrained(code_model_dir)
-    model = learning.load_actor(code_model_dir)
+    model = learning_setting.load_actor(code_model_dir)
     problems = code_task.train_and_heldout(32, 5)[1][:6]
     found = code_rl.heldout_accuracy(model, tokenizer, problems, k=3, max_new_tokens=48, seed=7)
     assert set(found) == {"greedy", "mean@3", "pass@3"}

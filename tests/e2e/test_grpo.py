@@ -1,5 +1,5 @@
 """GRPO through verl's real V1 trainer (`python -m verl.trainer.main_ppo`) on CPU with the `hf`
-rollout, on the learning setting (xrpo_verl/local/learning.py) cut to 40 steps: one run serves
+rollout, on the learning setting (xrpo_verl/lab/learning_setting.py) cut to 40 steps: one run serves
 every assertion that needs a GRPO run, then a resumed launch of two more steps that is also the
 weight sync's negative control.
 
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from xrpo_verl.local import demo, launch, learning
-from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.lab import launch, learning_setting
+from xrpo_verl.lab.launch import read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,9 @@ RESUMED_STEPS = 2
 @pytest.fixture(scope="module")
 def grpo(tmp_path_factory):
     """(setting, run, accuracy before): 40 GRPO steps, a checkpoint every 20."""
-    setting = replace(learning.LearningSetting(), steps=STEPS)
-    run = learning.cpu_run(tmp_path_factory.mktemp("grpo"), setting, save_freq=SAVE_EVERY)
-    before = demo.measure(run.model_path, None, setting)
+    setting = replace(learning_setting.LearningSetting(), steps=STEPS)
+    run = learning_setting.cpu_run(tmp_path_factory.mktemp("grpo"), setting, save_freq=SAVE_EVERY)
+    before = learning_setting.measure(run.model_path, None, setting)
     result = launch.launch(run, "grpo", ["data.seed=0"], timeout_s=1800)  # seed 0 of RESULTS.md
     assert result.returncode == 0, result.stdout[-6000:]
     return setting, run, before
@@ -59,7 +59,7 @@ def resumed(grpo):
         extra,
         timeout_s=900,
         env_updates={
-            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register,cpu_nosync_control",
+            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.cpu.register,cpu_nosync_control",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
         },
     )
@@ -69,9 +69,9 @@ def resumed(grpo):
 
 def test_grpo_raises_heldout_accuracy(grpo):
     setting, run, before = grpo
-    after = demo.measure(run.model_path, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
+    after = learning_setting.measure(run.model_path, run.ckpt_dir / f"global_step_{setting.steps}" / "actor", setting)
     sampled = f"mean@{setting.val_samples}"
-    change, se = learning.paired_change(before[sampled].per_problem, after[sampled].per_problem)
+    change, se = learning_setting.paired_change(before[sampled].per_problem, after[sampled].per_problem)
     assert change > BOUND, f"held-out {sampled} {before[sampled]} -> {after[sampled]} ({change:+.3f} ± {se:.3f})"
     # the weights that were measured are the trained ones: greedy answers changed somewhere
     assert before["greedy"].per_problem != after["greedy"].per_problem

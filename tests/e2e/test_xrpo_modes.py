@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import arith, launch
-from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.lab import arith, launch
+from xrpo_verl.lab.launch import read_metrics
 from xrpo_verl.planner import round_budgets
 
 pytestmark = pytest.mark.slow
 
 STEPS, PROMPTS, TRAIN_SET = 4, 8, 16
-PREFIX_PER_STEP = 2  # xrpo_verl/local/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
+PREFIX_PER_STEP = 2  # xrpo_verl/lab/recipes/_xrpo_cpu.yaml: algorithm.extra.prefix.per_step
 IS_WEIGHTS = "algorithm.rollout_correction.rollout_is=token"
 STREAMING = "algorithm.xrpo.planner.schedule=streaming"
 ICL_ALWAYS = "algorithm.xrpo.icl.gate=always"  # the paper's ICL: every all-fail prompt, so ICL surely acts

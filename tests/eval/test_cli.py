@@ -9,7 +9,7 @@ import pytest
 from xrpo_verl.eval.__main__ import build_parser, evaluate, main
 from xrpo_verl.eval.benchmarks import load_benchmark
 from xrpo_verl.eval.generate import HFGenerator, Sample, SamplingConfig, make_generator
-from xrpo_verl.local.tiny_model import TinyModelConfig, build_model, build_tokenizer
+from xrpo_verl.lab.tiny_model import TinyModelConfig, build_model, build_tokenizer
 
 QUESTIONS = [("2+3=?", "5"), ("7-4=?", "3"), ("10+1=?", "11")]
 

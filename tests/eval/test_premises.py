@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from xrpo_verl.eval import premises as P
-from xrpo_verl.local import addition, tiny_model
+from xrpo_verl.lab import addition, tiny_model
 
 
 def _problem(pid: str, answer: str) -> P.Problem:

@@ -13,7 +13,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigW
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
-from xrpo_verl.local.tiny_model import TinyModelConfig, build_tokenizer
+from xrpo_verl.lab.tiny_model import TinyModelConfig, build_tokenizer
 from xrpo_verl.verl_adapters import agent_loops as al
 
 GEN = [11, 12, 13]

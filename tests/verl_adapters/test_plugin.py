@@ -79,7 +79,7 @@ def test_cpu_mode_registers_every_name_with_the_cpu_entry_point_loaded_first():
     When its shims still imported verl's trainer package before the plugin's watcher existed, the
     plugin had to register at once from inside its own import (it once skipped that, and
     main_ppo's TaskRunner failed with "Unknown trainer 'xrpo'")."""
-    seen = _probe(XRPO_VERL_CPU="1", VERL_USE_EXTERNAL_MODULES="xrpo_verl.local.register")
+    seen = _probe(XRPO_VERL_CPU="1", VERL_USE_EXTERNAL_MODULES="xrpo_verl.cpu.register")
     assert sorted(seen["registered"]) == sorted(seen["wanted"])
     assert "xrpo" in seen["trainers"] and {"xrpo", "extra", "xrpo_extra"} <= set(seen["adv_estimators"])
 

@@ -132,9 +132,9 @@ class VLLMGenerator:
 
 
 def _vllm_cpu_build() -> bool:
-    """vLLM's CPU build, switched on explicitly (xrpo_verl/local/vllm_cpu.py, `make vllm-env`)."""
-    from xrpo_verl.local.switches import vllm_cpu_enabled
-    from xrpo_verl.local.vllm_cpu import installed_vllm
+    """vLLM's CPU build, switched on explicitly (xrpo_verl/cpu/vllm_cpu.py, `make vllm-env`)."""
+    from xrpo_verl.cpu.switches import vllm_cpu_enabled
+    from xrpo_verl.cpu.vllm_cpu import installed_vllm
 
     return vllm_cpu_enabled() and (installed_vllm() or "").endswith("+cpu")
 

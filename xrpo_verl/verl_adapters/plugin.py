@@ -8,8 +8,8 @@ before it looks a name up, so the name is there when asked for, and a process th
 (a reward worker, a data loader) never pays for it. See `docs/architecture.md`.
 
 verl swallows plugin load errors at DEBUG level, so `tests/verl_adapters/test_plugin.py` checks
-the registries from a fresh process. The CPU paths (`xrpo_verl/local/`) have an entry point of
-their own, `xrpo_verl.local.register`, listed before this one: adapters never import upward.
+the registries from a fresh process. The CPU platform (`xrpo_verl/cpu/`) has an entry point of
+its own, `xrpo_verl.cpu.register`, listed before this one: adapters never import upward.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ multi-round trainer mode, two agent loops and a CPU rollout backend need, so som
 calls or overrides verl's underscore names. They are listed here (`PRIVATE_NAMES`) with the module
 of ours that uses each; `check_verl()` imports each owner and fails with one message naming every
 name that moved, and runs when our trainer starts (`XrpoTrainer.__init__`) and when the CPU shims
-install (`local/shims.py`). `tests/verl_adapters/test_verl_internals.py` runs it against the
+install (`cpu/shims.py`). `tests/verl_adapters/test_verl_internals.py` runs it against the
 pinned verl, and greps our sources so that a new private name cannot be used without being listed.
 """
 
@@ -41,16 +41,16 @@ PRIVATE_NAMES: dict[str, dict[str, str]] = {
         "_dispatch_info": "verl_adapters/trainer.py: the actor's data-parallel size, read after verl fills it",
     },
     "verl.workers.rollout.base": {
-        "_ROLLOUT_REGISTRY": "verl_adapters/verl_internals.py: rollout_registry(), for local/register.py",
+        "_ROLLOUT_REGISTRY": "verl_adapters/verl_internals.py: rollout_registry(), for cpu/register.py",
     },
     "verl.workers.rollout.replica:RolloutReplica": {
-        "_server_handle": "local/hf_rollout.py: set by launch_servers, as verl's replicas do",
+        "_server_handle": "cpu/hf_rollout.py: set by launch_servers, as verl's replicas do",
     },
     "verl.trainer.ppo.v1.replay_buffer:ReplayBuffer": {
-        "_wait_for_next_poll": "local/shims.py: a shorter TransferQueue poll on CPU",
+        "_wait_for_next_poll": "cpu/shims.py: a shorter TransferQueue poll on CPU",
     },
     "verl.workers.engine.base:EngineRegistry": {
-        "_engines": "tests/local/test_shims.py: the FSDP2 engine the CPU platform borrows",
+        "_engines": "tests/cpu/test_shims.py: the FSDP2 engine the CPU platform borrows",
     },
 }
 

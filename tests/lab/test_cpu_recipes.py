@@ -1,10 +1,10 @@
-"""The CPU recipes (xrpo_verl/local/recipes) compose into the trainer config `launch` starts, and
+"""The CPU recipes (xrpo_verl/lab/recipes) compose into the trainer config `launch` starts, and
 each switches on exactly the parts its name says: the convergence study's ablations compare
 these, so a recipe that silently kept a part on (or off) would mislabel a whole column."""
 
 import pytest
 
-from xrpo_verl.local import launch
+from xrpo_verl.lab import launch
 
 # recipe -> (planner, ICL, sharpening, novelty bonus, prefix regeneration)
 PARTS = {

@@ -1,11 +1,11 @@
-"""Start-up errors of the vLLM-on-CPU path (xrpo_verl/local/vllm_cpu.py): a wrong environment gets
+"""Start-up errors of the vLLM-on-CPU path (xrpo_verl/cpu/vllm_cpu.py): a wrong environment gets
 one line naming the environment to use. Pure checks on given versions and CPU flags; the real
 path runs in tests_vllm/ (`make test-vllm`)."""
 
 import pytest
 
-from xrpo_verl.local import switches, vllm_cpu
-from xrpo_verl.local.vllm_cpu import environment_problem
+from xrpo_verl.cpu import switches, vllm_cpu
+from xrpo_verl.cpu.vllm_cpu import environment_problem
 
 AVX2 = {"sse4_2", "avx", "avx2"}
 

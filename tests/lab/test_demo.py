@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from xrpo_verl.local import demo, launch, learning, testbed
+from xrpo_verl.lab import cli, demo, launch, learning_setting, testbed
 
 
 def test_verl_console_line_is_parsed_after_a_ray_prefix():
@@ -65,37 +65,22 @@ def test_progress_held_back_shows_only_the_latest_step_when_released():
 
 
 def test_paired_change_and_its_standard_error():
-    before = learning.accuracy([0.0, 0.5, 0.5, 1.0])
-    after = learning.accuracy([0.5, 0.5, 1.0, 1.0])
-    delta, se = learning.paired_change(before.per_problem, after.per_problem)
+    before = learning_setting.accuracy([0.0, 0.5, 0.5, 1.0])
+    after = learning_setting.accuracy([0.5, 0.5, 1.0, 1.0])
+    delta, se = learning_setting.paired_change(before.per_problem, after.per_problem)
     assert delta == pytest.approx(0.25)
     assert se == pytest.approx((1 / 12) ** 0.5 / 2)  # diffs (.5, 0, .5, 0): sample variance 1/12
-
-
-def test_code_table_shows_verdicts_and_sandbox_time_per_step():
-    metrics = {
-        1: {"critic/score/mean": 0.25, "reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/verdict/CE": 2,
-            "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25,
-            "reward/sandbox/exclusive_share": 0.125, "reward/sandbox/memo_hits": 3},
-        2: {"timing_s/step": 1.0},  # a validation-only line: no row
-    }  # fmt: skip
-    lines = demo.verdict_table(metrics).splitlines()
-    assert len(lines) == 2
-    assert lines[0].split() == [
-        "step", "reward", *demo.VERDICT_COLUMNS, "memo", "sandbox", "s", "step", "s", "busy", "alone"
-    ]  # fmt: skip
-    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3", "3.50", "14.0", "25.0%", "12.5%"]
 
 
 def test_code_task_flag_is_parsed(monkeypatch):
     seen = {}
     monkeypatch.setattr(demo, "run", lambda task, recipe, seed, out: seen.update(task=task, recipe=recipe) or 0)
-    assert demo.main(["--task", "code", "--sandbox", "docker", "--steps", "3"]) == 0
+    assert cli.main(["demo", "--task", "code", "--sandbox", "docker", "--steps", "3"]) == 0
     task = seen["task"]
     assert (task.name, task.setting.backend, task.setting.steps, seen["recipe"]) == ("code", "docker", 3, "xrpo")
-    assert demo.main(["--steps", "4"]) == 0
+    assert cli.main(["demo", "--steps", "4"]) == 0
     assert (seen["task"].name, seen["task"].setting.steps, seen["recipe"]) == ("addition", 4, "grpo")
-    assert demo.main(["--task", "testbed"]) == 0
+    assert cli.main(["demo", "--task", "testbed"]) == 0
     assert (seen["task"].name, seen["task"].setting.model.key, seen["recipe"]) == ("testbed", testbed.MODEL.key, "xrpo")
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
-from xrpo_verl.local import hf_rollout
-from xrpo_verl.local.hf_rollout import (
+from xrpo_verl.cpu import hf_rollout
+from xrpo_verl.cpu.hf_rollout import (
     HFEngineConfig,
     HFServer,
     SamplingSettings,

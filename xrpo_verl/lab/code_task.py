@@ -12,7 +12,7 @@ generated from the statement (1 for AC, else 0). Problems are the sandbox's Live
 format (`judge=livecodebench`, `kind=stdio`, the shape `xrpo_verl.data.code_sets` writes) and
 rows carry it in `extra_info["problem"]` with `ground_truth` = its id, as the converters do.
 Problems with the same behaviour (`a+b+3`, `b+a+3`) count as one, so train and held-out sets
-share no program. The tiny model's warm-up (`xrpo_verl.local.tiny_model`, task `code`) teaches
+share no program. The tiny model's warm-up (`xrpo_verl.lab.tiny_model`, task `code`) teaches
 the pattern partly: sampled programs pass on some problems, never on others.
 """
 

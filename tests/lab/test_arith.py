@@ -2,7 +2,7 @@
 
 import pytest
 
-from xrpo_verl.local import arith
+from xrpo_verl.lab import arith
 
 
 # ---- data and model ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Fixtures for the unit tests of xrpo_verl.local."""
+"""Fixtures for the unit tests of the CPU platform (a model from the toy lab to serve)."""
 
 from pathlib import Path
 
 import pytest
 
-from xrpo_verl.local import tiny_model
+from xrpo_verl.lab import tiny_model
 
 # A random-init model with the real tokenizer and architecture but smaller: enough for unit
 # tests of the rollout server; no warm-up, so building it takes seconds.

@@ -6,9 +6,9 @@ import pytest
 
 from sandbox import Problem
 from sandbox.backends.bwrap import bwrap_available
-from xrpo_verl.local import code_task
-from xrpo_verl.local.code_task import CodeProblem
-from xrpo_verl.local.tiny_model import TinyModelConfig
+from xrpo_verl.lab import code_task
+from xrpo_verl.lab.code_task import CodeProblem
+from xrpo_verl.lab.tiny_model import TinyModelConfig
 from xrpo_verl.rewards.code import CodeRewardConfig, compute_score
 from xrpo_verl.rewards.routing import scorer_kind
 
@@ -70,7 +70,7 @@ def test_tokenizer_config_keeps_other_tasks_cache_keys():
     assert TinyModelConfig().key == "ae5cc51e3fb4"
     assert TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600).key == "4c18b4ea8cab"
     # ...and the premise testbed's fields (styles, families, few-shot warm-up) too, at their defaults
-    from xrpo_verl.local import code_rl
+    from xrpo_verl.lab import code_rl
 
     assert code_rl.MODEL.key == "72da08585662"
     # the code study's model (a fixed step count, before the stopping rule) keeps its key
@@ -93,7 +93,7 @@ def test_stopping_rule_is_checked():
 def test_warm_up_stops_at_the_first_probe_that_reaches_the_target(monkeypatch):
     """The rule over a probe stubbed with a rising share (the real probe is below): probes start at
     half of sft_steps, every sft_probe_every steps, and the first at or over the target ends it."""
-    from xrpo_verl.local import tiny_model
+    from xrpo_verl.lab import tiny_model
 
     config = TinyModelConfig(**SMALL, sft_steps=20, sft_batch_size=4, sft_stop_at=0.5, sft_probe_every=3)
     shares = iter([0.1, 0.3, 0.5, 0.9])
@@ -111,7 +111,7 @@ def test_probe_samples_from_its_own_random_state():
     and the caller's torch random state untouched."""
     import torch
 
-    from xrpo_verl.local import tiny_model
+    from xrpo_verl.lab import tiny_model
 
     config = TinyModelConfig(**SMALL, sft_stop_at=0.5)
     tokenizer = tiny_model.build_tokenizer(config)
@@ -132,3 +132,37 @@ def test_reference_programs_pass_and_planted_ones_fail_in_the_sandbox():
         planted = code_task.planted_problem_dict(p)
         result = compute_score(code_task.DATA_SOURCE, p.answer, None, {"problem": planted}, BWRAP)
         assert (result["verdict"], result["score"]) == ("WA", 0.0), p
+
+
+def test_code_table_shows_verdicts_and_sandbox_time_per_step():
+    from xrpo_verl.lab import code_rl
+
+    metrics = {
+        1: {"critic/score/mean": 0.25, "reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/verdict/CE": 2,
+            "reward/sandbox/busy_s": 3.5, "timing_s/step": 14.0, "reward/sandbox/share": 0.25,
+            "reward/sandbox/exclusive_share": 0.125, "reward/sandbox/memo_hits": 3},
+        2: {"timing_s/step": 1.0},  # a validation-only line: no row
+    }  # fmt: skip
+    lines = code_rl.verdict_table(metrics).splitlines()
+    assert len(lines) == 2
+    assert lines[0].split() == [
+        "step", "reward", *code_rl.VERDICT_COLUMNS, "memo", "sandbox", "s", "step", "s", "busy", "alone"
+    ]  # fmt: skip
+    assert lines[1].split() == ["1", "0.25", "4", "10", "0", "0", "2", "0", "0", "3", "3.50", "14.0", "25.0%", "12.5%"]
+
+
+def test_code_summary_adds_the_runs_verdicts_and_sandbox_shares():
+    """The demo's summary.json fields of the code task, summed over the run's steps."""
+    from xrpo_verl.lab import code_rl
+
+    metrics = {
+        1: {"reward/verdict/AC": 4, "reward/verdict/WA": 10, "reward/sandbox/busy_s": 3.0,
+            "reward/sandbox/exclusive_s": 1.0, "reward/sandbox/memo_hits": 3, "timing_s/step": 10.0},
+        2: {"reward/verdict/AC": 6, "reward/sandbox/busy_s": 2.0, "timing_s/step": 10.0},
+    }  # fmt: skip
+    fields, line = code_rl.train_summary(metrics)
+    assert fields["train_verdicts"] == {"AC": 10, "WA": 10, "TLE": 0, "RE": 0, "CE": 0, "SE": 0, "no_code": 0}
+    assert fields["memo_hits"] == 3
+    assert fields["sandbox_share_of_step"] == 0.25 and fields["sandbox_alone_share_of_step"] == 0.05
+    assert line == "sandbox share of the step time: busy 25.0%, alone (no rollout generating) 5.0%"
+    assert code_rl.train_summary({})[0]["sandbox_share_of_step"] == 0.0

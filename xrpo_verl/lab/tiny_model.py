@@ -1,4 +1,4 @@
-"""Tiny Qwen2 model (~5M parameters) for CPU runs: `python -m xrpo_verl.local.tiny_model`.
+"""Tiny Qwen2 model (~5M parameters) for CPU runs: `python -m xrpo_verl.lab build`.
 
 Builds, from nothing but a seed: a byte-level BPE tokenizer trained on generated arithmetic
 (digits split one per token) with a ChatML chat template, a random-init Qwen2 causal LM, and a
@@ -10,7 +10,6 @@ AMX. A model that studies share across machines is shipped instead (`SHIPPED`): 
 packed in the package's `assets/`, are unpacked into the cache and never trained again.
 """
 
-import argparse
 import hashlib
 import json
 import lzma
@@ -28,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from xrpo_verl.local import addition as addition_task
-from xrpo_verl.local import arith, code_task
-from xrpo_verl.local.arith import SOLUTION_FORMAT, ArithConfig, compute_score
+from xrpo_verl.lab import addition as addition_task
+from xrpo_verl.lab import arith, code_task
+from xrpo_verl.lab.arith import SOLUTION_FORMAT, ArithConfig, compute_score
 
 TASKS = ("arith", "addition", "code")
 
@@ -58,7 +57,7 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 # Models shipped with the package, by cache key: the sha256 of their `model.safetensors`. Seeds of
 # one study must train one model, and pinning the kernels does not make every CPU build the same
 # one, so `build` unpacks these bytes (`shipped_archive`) where any other config trains. Add one
-# with `python -m xrpo_verl.local.tiny_model --pack <built model dir>`.
+# with `python -m xrpo_verl.lab pack <built model dir>`.
 SHIPPED = {
     # the premise testbed (`testbed.MODEL`), built on an AMX CPU: the model of the study's set C
     "89aa2aa22d39": "fb2c3cadd3cbd85b15f6a6ccdd593dc194b37fe74212ce7e9aed333014e5920a",
@@ -111,7 +110,7 @@ class TinyModelConfig:
     """problem distribution for the corpus and the warm-up (task 'arith')"""
     task: str = "arith"
     """'arith' (one-step a+b, a-b on small operands), 'addition' (multi-digit column addition,
-    scratchpad) or 'code' (short stdin Python programs, `xrpo_verl.local.code_task`)"""
+    scratchpad) or 'code' (short stdin Python programs, `xrpo_verl.lab.code_task`)"""
     addition: addition_task.AdditionConfig = field(default_factory=addition_task.AdditionConfig)
     """problem distribution for the corpus and the warm-up (task 'addition')"""
     code: code_task.CodeConfig = field(default_factory=code_task.CodeConfig)
@@ -491,7 +490,7 @@ def build(config: TinyModelConfig = TinyModelConfig(), root: Path | None = None,
         return out
     env = {**os.environ, **PINNED_KERNELS}
     child = (
-        "import pickle, sys; from xrpo_verl.local import tiny_model; tiny_model._build(*pickle.load(sys.stdin.buffer))"
+        "import pickle, sys; from xrpo_verl.lab import tiny_model; tiny_model._build(*pickle.load(sys.stdin.buffer))"
     )
     done = subprocess.run([sys.executable, "-c", child], input=pickle.dumps((config, out, verbose)), env=env)
     if done.returncode != 0 or not (out / DONE_MARKER).exists():
@@ -628,29 +627,3 @@ def untied_copy(model_dir, out_dir=None):
     except OSError:  # another process finished first
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0, help="seed of corpus, init and warm-up")
-    parser.add_argument("--sft-steps", type=int, default=TinyModelConfig.sft_steps, help="warm-up steps")
-    parser.add_argument(
-        "--root", type=Path, default=None, help="cache root (default: $XRPO_VERL_CACHE or ~/.cache/xrpo_verl)"
-    )
-    parser.add_argument(
-        "--pack",
-        type=Path,
-        metavar="MODEL_DIR",
-        help="instead of building: pack a built model's files into the package's assets (to ship it, add "
-        "its key and weights' sha256 to SHIPPED)",
-    )
-    args = parser.parse_args(argv)
-    if args.pack:
-        archive = pack(args.pack)
-        print(f"{archive} ({archive.stat().st_size / 1e6:.1f} MB): {args.pack.name} {weights_sha256(args.pack)}")
-        return
-    print(build(TinyModelConfig(seed=args.seed, sft_steps=args.sft_steps), root=args.root))
-
-
-if __name__ == "__main__":
-    main()

@@ -33,11 +33,20 @@ print(json.dumps({"flags": {"cpu_platform": "cpu" in PlatformRegistry.registered
 
 
 @pytest.mark.slow  # a fresh interpreter or a model build
-@pytest.mark.parametrize("switch,expected,external", [("0", False, False), ("1", True, True), ("1", True, False)])
+@pytest.mark.parametrize(
+    "switch,expected,external",
+    [
+        ("0", False, None),
+        ("1", True, "xrpo_verl.cpu.register"),
+        ("1", True, "xrpo_verl.local.register"),
+        ("1", True, None),
+    ],
+)
 def test_cpu_switch_controls_every_registration(switch, expected, external):
     """Off: `import verl` (which loads our entry points) leaves verl untouched. On: all in place,
-    through VERL_USE_EXTERNAL_MODULES as the launchers set it, or through the CPU entry point alone;
-    the patched modules are patched once something imports them, and `import verl` alone loads none."""
+    through VERL_USE_EXTERNAL_MODULES as the launchers set it (or as scripts written before the
+    platform moved out of `xrpo_verl.local` do), or through the CPU entry point alone; the patched
+    modules are patched once something imports them, and `import verl` alone loads none."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -45,7 +54,7 @@ def test_cpu_switch_controls_every_registration(switch, expected, external):
     }
     env["XRPO_VERL_CPU"] = switch
     if external:  # as launch.cpu_env does: independent of the other plugin modules importing
-        env["VERL_USE_EXTERNAL_MODULES"] = "xrpo_verl.local.register"
+        env["VERL_USE_EXTERNAL_MODULES"] = external
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
@@ -61,7 +70,7 @@ def test_the_cpu_entry_point_loads_before_our_registrations():
 
 
 def test_cpu_switch_rejects_unknown_values(monkeypatch):
-    from xrpo_verl.local import switches
+    from xrpo_verl.cpu import switches
 
     monkeypatch.setenv("XRPO_VERL_CPU", "yes")
     with pytest.raises(ValueError, match="XRPO_VERL_CPU='yes'"):
@@ -90,7 +99,7 @@ def test_shim_targets_exist_in_installed_verl():
 
 
 def test_cpu_device_module_reports_a_string_name_and_rejects_unknown_calls():
-    from xrpo_verl.local.shims import CpuDeviceModule
+    from xrpo_verl.cpu.shims import CpuDeviceModule
 
     dev = CpuDeviceModule()
     assert dev.get_device_name() == "CPU"  # flops_counter does `key in device_name`

@@ -1,7 +1,7 @@
 """The `hf` rollout backend: verl's replica / server / adapter interface on transformers' `generate`.
 
 verl 0.9.1 only knows vLLM, SGLang and TRT-LLM (workers/rollout/base.py:89-93, replica.py:388-390).
-Selected with `actor_rollout_ref.rollout.name=hf`; registered by `xrpo_verl.local.register` when the CPU switch
+Selected with `actor_rollout_ref.rollout.name=hf`; registered by `xrpo_verl.cpu.register` when the CPU switch
 is on. Three pieces, as verl wires hybrid (colocated, `sync`) rollout:
 
 - `HFReplica` (driver/TaskRunner side): launches one `HFServer` Ray actor per replica.
@@ -36,7 +36,7 @@ from xrpo_verl.config import Config, check_range, option
 from xrpo_verl.verl_adapters.micro_batches import padded_cuts
 
 BACKEND_NAME = "hf"
-ADAPTER_PATH = "xrpo_verl.local.hf_rollout.HFServerAdapter"
+ADAPTER_PATH = "xrpo_verl.cpu.hf_rollout.HFServerAdapter"
 # A batch closes once no request has arrived for BATCH_QUIET_S (or BATCH_MAX_WAIT_S after its
 # first request). The agent loop submits a step's prompts concurrently, but each one first goes
 # through a tokenizer thread and the load balancer actor, so on a busy machine they trickle in: a

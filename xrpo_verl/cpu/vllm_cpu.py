@@ -14,7 +14,7 @@ What CPU cannot show, and this path therefore does not prove: CUDA IPC weight tr
 back to ZMQ + shared memory, `is_ipc_supported()` is False), vLLM sleep/wake levels (sleep mode is
 refused on CPU), FSDP colocated on a GPU, tensor parallelism > 1.
 
-    python -m xrpo_verl.local.vllm_cpu      # check this environment, print what it found
+    python -m xrpo_verl.cpu.vllm_cpu      # check this environment, print what it found
 """
 
 import os
@@ -22,7 +22,7 @@ import platform
 import sys
 from importlib import metadata
 
-from xrpo_verl.local.switches import VLLM_SWITCH, cpu_enabled, vllm_cpu_enabled
+from xrpo_verl.cpu.switches import VLLM_SWITCH, cpu_enabled, vllm_cpu_enabled
 
 SUPPORTED_VLLM = "0.24.0"  # verl 0.9.1's vllm extra; vllm-cpu of the same release
 VLLM_ENV = ".venv-vllm (make vllm-env)"
@@ -75,7 +75,7 @@ def environment_problem(vllm_switch: bool, cpu_switch: bool, vllm_version: str |
             )
         if vllm_version.split("+")[0] != SUPPORTED_VLLM:
             return (
-                f"vllm {vllm_version}: the CPU shims in xrpo_verl/local/vllm_cpu.py target {SUPPORTED_VLLM}; "
+                f"vllm {vllm_version}: the CPU shims in xrpo_verl/cpu/vllm_cpu.py target {SUPPORTED_VLLM}; "
                 f"rebuild {VLLM_ENV}"
             )
         if platform.machine() in ("x86_64", "AMD64") and not flags & {"avx2", "avx512f"}:
@@ -84,7 +84,7 @@ def environment_problem(vllm_switch: bool, cpu_switch: bool, vllm_version: str |
     if cpu_switch and is_cpu_build:
         return (
             f"this is the vLLM-on-CPU environment (vllm {vllm_version}): the hf CPU path runs in {HF_ENV}; "
-            f"for vLLM set {VLLM_SWITCH}=1 (xrpo_verl.local.launch.vllm_env)"
+            f"for vLLM set {VLLM_SWITCH}=1 (xrpo_verl.lab.launch.vllm_env)"
         )
     return None
 

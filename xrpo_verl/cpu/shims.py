@@ -307,8 +307,8 @@ def check_verl_version() -> None:
 
     if verl.__version__ != SUPPORTED_VERL:
         raise RuntimeError(
-            f"xrpo_verl.local shims target verl {SUPPORTED_VERL}, found {verl.__version__}: "
-            "re-check every shim in xrpo_verl/local/shims.py against the new verl"
+            f"xrpo_verl.cpu shims target verl {SUPPORTED_VERL}, found {verl.__version__}: "
+            "re-check every shim in xrpo_verl/cpu/shims.py against the new verl"
         )
 
 

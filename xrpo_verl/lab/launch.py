@@ -3,9 +3,9 @@
 `cpu_env()` turns the CPU switch on for the launched process and every Ray worker it starts;
 `cpu_overrides()` holds the Hydra overrides a CPU run needs (each with the reason); the task's
 reward comes with the run (`CpuRun.reward`), and the recipe files in
-`xrpo_verl/local/recipes/<name>.yaml` add the algorithm. `launch_vllm` runs the same with verl's
+`xrpo_verl/lab/recipes/<name>.yaml` add the algorithm. `launch_vllm` runs the same with verl's
 vLLM rollout on vLLM's CPU build (`.venv-vllm`). Used by the tests, the demo, the benchmarks and
-`recipes/cpu/run.sh` (through `python -m xrpo_verl.local.learning`).
+`recipes/cpu/run.sh` (through `python -m xrpo_verl.lab train`).
 """
 
 import json
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from xrpo_verl import recipe_files
 from xrpo_verl.config import Config, option
-from xrpo_verl.local import vllm_cpu
-from xrpo_verl.local.switches import CPU_SWITCH, VLLM_SWITCH
+from xrpo_verl.cpu import vllm_cpu
+from xrpo_verl.cpu.switches import CPU_SWITCH, VLLM_SWITCH
 
 # Package data, so an installed wheel runs the CPU recipes and the demo from any directory.
 RECIPE_DIR = Path(__file__).resolve().parent / "recipes"
@@ -30,7 +30,7 @@ RAY_START_TIMEOUT = "The current node timed out during startup"
 RAY_START_ATTEMPTS = 3
 # The arith and addition tasks' reward: the in-process arithmetic scorer as verl's custom reward.
 ARITH_REWARD = (
-    "reward.custom_reward_function.path=pkg://xrpo_verl.local.arith",
+    "reward.custom_reward_function.path=pkg://xrpo_verl.lab.arith",
     "reward.custom_reward_function.name=compute_score",
 )
 
@@ -39,7 +39,7 @@ ARITH_REWARD = (
 class CpuRun(Config):
     """Size of one CPU training run."""
 
-    model_path: str = option(help="HF model directory (the tiny model from `xrpo_verl.local.tiny_model`). [I]")
+    model_path: str = option(help="HF model directory (the tiny model from `xrpo_verl.lab.tiny_model`). [I]")
     train_file: str = option(help="verl RL parquet for training. [I]")
     val_file: str = option(help="verl RL parquet for validation. [I]")
     out_dir: str = option(help="Run directory: checkpoints, metrics.jsonl, trainer.log. [I]")
@@ -73,7 +73,7 @@ class CpuRun(Config):
 
     @classmethod
     def from_setting(cls, setting, model_dir, train_file, val_file, out_dir, save_freq: int = -1) -> "CpuRun":
-        """The run of a task's setting (`learning.LearningSetting`, `code_rl.CodeSetting`): its
+        """The run of a task's setting (`learning_setting.LearningSetting`, `code_rl.CodeSetting`): its
         steps, prompts_per_step, n, max_response_length, lr and reward, on the given model and data."""
         sizes = ("steps", "prompts_per_step", "n", "max_response_length", "lr")
         return cls(
@@ -103,7 +103,7 @@ def cpu_env(base: dict | None = None) -> dict:
             CPU_SWITCH: "1",
             # Imported at `import verl` before entry points, so the CPU platform registers even if
             # another plugin module fails to import (verl logs plugin errors at DEBUG only).
-            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.local.register",
+            "VERL_USE_EXTERNAL_MODULES": "xrpo_verl.cpu.register",
             "RAY_AUTH_MODE": "disabled",
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_DEDUP_LOGS": "0",
@@ -355,7 +355,7 @@ def launch(
         if echo:
             print(f"  Ray did not start in time (attempt {attempt}/{RAY_START_ATTEMPTS}); starting again", flush=True)
     if time.time() - start >= timeout_s:
-        lines.append(f"\n[xrpo_verl.local.launch] killed after the {timeout_s:.0f}s timeout\n")
+        lines.append(f"\n[xrpo_verl.lab.launch] killed after the {timeout_s:.0f}s timeout\n")
     if part.exists():
         with open(run.metrics_path, "a") as merged:
             merged.write(part.read_text())

@@ -40,7 +40,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from xrpo_verl.local import arith
+from xrpo_verl.lab import arith
 
 DATA_SOURCE = "xrpo_addition"
 STYLES = ("columns", "words")

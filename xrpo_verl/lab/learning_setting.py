@@ -1,8 +1,9 @@
-"""The CPU learning setting: a model, task and trainer settings on which plain GRPO measurably learns.
+"""The learning setting: a model, task and trainer settings on which plain GRPO measurably learns
+on CPU (the name is the setting's, not a learning procedure).
 
-Used by `make demo`, the CI learning test (tests/e2e/test_learning.py) and
-benchmarks/convergence_study.py, so all three run the same thing. The task is multi-digit
-column addition with a scratchpad (`xrpo_verl.local.addition`); the tiny model's warm-up teaches
+Used by `make demo`, the CI learning test (tests/e2e/test_grpo.py) and
+studies/convergence_study.py, so all three run the same thing. The task is multi-digit
+column addition with a scratchpad (`xrpo_verl.lab.addition`); the tiny model's warm-up teaches
 the procedure only partly, so sampled answers are right on some problems, never on others, and
 what RL fixes in a column fact carries over to held-out sums it never trained on. Why these
 numbers, and what did not learn: benchmarks/RESULTS.md ("A CPU task on which GRPO learns").
@@ -14,34 +15,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from xrpo_verl.config import Config, option
-from xrpo_verl.local import addition, launch, tiny_model
+from xrpo_verl.config import option
+from xrpo_verl.lab import addition, launch, tiny_model
+from xrpo_verl.lab.setting import Setting
 
 # The model: the default 5M architecture, warmed up on 1-3 digit sums for fewer steps than it
 # would take to learn them, so that RL has something left to learn.
 MODEL = tiny_model.TinyModelConfig(task="addition", sft_steps=200, sft_schedule_steps=600)
 
 
+# The defaults are `Setting`'s: the setting measured in benchmarks/RESULTS.md, where a 1e-4
+# learning rate did not learn; the response budget holds a 3-digit sum's scratchpad.
 @dataclass(frozen=True)
-class LearningSetting(Config):
+class LearningSetting(Setting, model=lambda: MODEL):
     """Sizes and trainer settings of a learning run (defaults: the setting measured in RESULTS.md)."""
 
-    steps: int = option(50, "Training steps. [I]")
-    prompts_per_step: int = option(8, "Prompts per step (B). [I]")
-    n: int = option(8, "Rollouts per prompt (GRPO's n; XRPO's n_avg). [I]")
-    lr: float = option(3e-5, "Actor learning rate (constant, AdamW, no KL; 1e-4 did not learn here, RESULTS.md). [I]")
-    max_response_length: int = option(48, "Response budget in tokens (3-digit sums take ~32). [I]")
     n_train: int = option(4096, "Training problems (more than steps x prompts: each is seen about once). [I]")
-    n_heldout: int = option(100, "Held-out problems of verl's in-run validation, disjoint from the training set. [I]")
     n_eval: int = option(
         400, "Problems of the before/after measurement: the held-out ones and more, none in the training set. [I]"
     )
-    val_samples: int = option(4, "k samples per held-out problem at the training temperature (T=1) for mean@k. [I]")
-    data_seed: int = option(11, "Seed of the training and held-out problems. [I]")
-    model: tiny_model.TinyModelConfig = option(help="The warmed-up model. [I]", factory=lambda: MODEL)
-
-    def __post_init__(self) -> None:
-        self._check_fields()
 
     def reward_overrides(self) -> tuple[str, ...]:
         """The reward of this task: the in-process arithmetic scorer."""
@@ -196,7 +188,7 @@ def _generation_configs(tokenizer, max_new_tokens: int):
 
 
 def _solved(problem, text: str) -> float:
-    from xrpo_verl.local.arith import compute_score
+    from xrpo_verl.lab.arith import compute_score
 
     return compute_score(addition.DATA_SOURCE, text, str(problem.answer))["score"]
 
@@ -267,29 +259,11 @@ def heldout_breadth(model, tokenizer, problems, k: int, max_new_tokens: int, see
     return breadth(problems, _sample(model, tokenizer, problems, sampled_config, k, chunk), k, embed)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m xrpo_verl.local.learning --recipe grpo --steps 2`: a CPU recipe on this setting."""
-    import argparse
-    import sys
-    from dataclasses import replace
+def measure(model_dir: str | Path, checkpoint: str | Path | None, setting: LearningSetting) -> dict[str, Accuracy]:
+    """Held-out accuracy on `setting.n_eval` sums: greedy, and the mean of k samples at T=1."""
+    from transformers import AutoTokenizer
 
-    parser = argparse.ArgumentParser(description="Run a CPU recipe through verl's main_ppo on the learning setting.")
-    parser.add_argument("--recipe", default="grpo", help="xrpo_verl/local/recipes/<recipe>.yaml")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", default="outputs/cpu_run")
-    parser.add_argument("--prompts-per-step", type=int, default=None, help="default: the learning setting's")
-    parser.add_argument("--n", type=int, default=None, help="default: the learning setting's")
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, applied last")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    setting = replace(LearningSetting(), steps=args.steps)
-    if args.prompts_per_step:
-        setting = replace(setting, prompts_per_step=args.prompts_per_step)
-    if args.n:
-        setting = replace(setting, n=args.n)
-    result = launch.launch(cpu_run(args.out, setting), args.recipe, args.overrides, echo=True)
-    print(f"exit code {result.returncode}; log: {Path(args.out) / 'trainer.log'}")
-    return result.returncode
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    heldout = heldout_problems(setting, setting.n_eval)
+    model = load_actor(model_dir, checkpoint)
+    return heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length)

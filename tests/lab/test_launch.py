@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from xrpo_verl.local import launch
+from xrpo_verl.lab import launch
 
 
 def test_a_caller_that_stops_following_kills_the_trainer(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from xrpo_verl.local import tiny_model
+from xrpo_verl.lab import tiny_model
 
 
 @pytest.mark.slow  # a fresh interpreter or a model build
@@ -57,7 +57,7 @@ def test_few_shot_rows_are_xrpo_icl_prompts_of_retrieved_neighbours_in_one_style
     from dataclasses import replace
 
     from xrpo_verl import icl
-    from xrpo_verl.local import addition, testbed
+    from xrpo_verl.lab import addition, testbed
 
     config = replace(testbed.MODEL, fewshot_pool=60)
     pool = tiny_model.FewShotPool(config)
@@ -114,7 +114,7 @@ def test_a_two_style_few_shot_model_builds(tmp_path):
     """The premise testbed's kind of model, at toy size: both styles and few-shot rows in the warm-up."""
     from dataclasses import replace
 
-    from xrpo_verl.local import testbed
+    from xrpo_verl.lab import testbed
 
     config = replace(
         testbed.MODEL,
@@ -141,7 +141,7 @@ def test_the_shipped_archives_hold_the_recorded_weights_of_their_config():
     from dataclasses import asdict
     from pathlib import Path
 
-    from xrpo_verl.local import testbed
+    from xrpo_verl.lab import testbed
 
     set_c = Path(__file__).resolve().parents[2] / "studies" / "records" / "convergence_testbed_c" / "model.json"
     recorded = json.loads(set_c.read_text())
@@ -162,7 +162,7 @@ def test_build_unpacks_the_shipped_testbed_model_without_training(tmp_path, monk
     """The testbed's model comes out of the package, not a warm-up: the same bytes on every CPU."""
     from transformers import AutoModelForCausalLM
 
-    from xrpo_verl.local import testbed
+    from xrpo_verl.lab import testbed
 
     monkeypatch.setenv("XRPO_VERL_CACHE", str(tmp_path))
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xrpo_verl.local import addition, arith, learning, tiny_model
+from xrpo_verl.lab import addition, arith, learning_setting, tiny_model
 
 
 def test_solution_writes_one_column_per_line_with_carries():
@@ -42,7 +42,7 @@ def test_heldout_set_shares_no_problem_with_training(tmp_path):
 
 
 def test_learning_model_config_selects_the_addition_task():
-    config = learning.MODEL
+    config = learning_setting.MODEL
     assert config.task == "addition" and config.key != tiny_model.TinyModelConfig().key
     p = config.sample_problems(1, seed=0)[0]
     assert isinstance(p, addition.Sum) and config.solution_text(p) == addition.solution_text(p)
@@ -54,20 +54,20 @@ def test_learning_model_config_selects_the_addition_task():
 
 
 def test_accuracy_standard_error_is_over_problems():
-    acc = learning.accuracy([0.0, 1.0, 0.5, 0.5])
+    acc = learning_setting.accuracy([0.0, 1.0, 0.5, 0.5])
     assert acc.mean == 0.5 and acc.never == 1 and acc.always == 1
     assert acc.se == pytest.approx((1 / 6) ** 0.5 / 2)  # sample variance of (0,1,.5,.5) is 1/6
 
 
 def test_measurement_set_extends_the_heldout_set_without_training_problems():
-    setting = learning.LearningSetting(n_train=500, n_heldout=30, n_eval=120)
+    setting = learning_setting.LearningSetting(n_train=500, n_heldout=30, n_eval=120)
     train, heldout = addition.train_and_heldout(500, 30, setting.data_seed, setting.model.addition)
-    measured = learning.heldout_problems(setting, setting.n_eval)
+    measured = learning_setting.heldout_problems(setting, setting.n_eval)
     key = lambda p: (min(p.a, p.b), max(p.a, p.b))  # noqa: E731
     assert measured[:30] == heldout  # verl's in-run validation set comes first, unchanged
     assert len({key(p) for p in measured}) == 120  # distinct, a+b and b+a counted once
     assert not {key(p) for p in measured} & {key(p) for p in train}
-    assert learning.heldout_problems(setting) == heldout
+    assert learning_setting.heldout_problems(setting) == heldout
 
 
 def test_family_offsets_enter_the_ones_column_and_the_answer():
@@ -97,7 +97,7 @@ def test_breadth_counts_problems_solved_styles_and_sameness_by_hand():
     wrong = "3+4=8\n\\boxed{8}"
     unsure = "I cannot add these two numbers today"  # long enough to hold 4-grams
     texts = [[cols, words, wrong], [unsure, unsure, unsure]]
-    found = learning.breadth([a, b], texts, k=3, embed=lambda ts: np.eye(3)[: len(ts)] + 0.0)
+    found = learning_setting.breadth([a, b], texts, k=3, embed=lambda ts: np.eye(3)[: len(ts)] + 0.0)
     assert found["pass@3"].mean == 0.5  # a solved, b not
     assert found["mean@3"].per_problem == pytest.approx((2 / 3, 0.0))  # two of a's three samples are right
     assert found["both_styles"].mean == 0.5  # a's correct samples use both styles
@@ -106,4 +106,4 @@ def test_breadth_counts_problems_solved_styles_and_sameness_by_hand():
     assert found["self_bleu"].per_problem[1] == pytest.approx(1.0) and found["self_bleu"].per_problem[0] < 0.5
     assert found["logdet"].mean == pytest.approx(3 * np.log1p(1e-6))  # orthogonal rows: the maximum
     with pytest.raises(ValueError, match="exactly k = 3"):
-        learning.breadth([a], [[cols, words]], k=3)
+        learning_setting.breadth([a], [[cols, words]], k=3)

@@ -1,6 +1,6 @@
 """Code RL on CPU: the tiny code task, with rewards judged in the sandbox by the `xrpo` reward manager.
 
-The same trainer as the math setting (`xrpo_verl.local.learning`), but the reward comes from
+The same trainer as the math setting (`xrpo_verl.lab.learning_setting`), but the reward comes from
 `reward.reward_manager.name=xrpo`: verl's reward-loop workers (Ray actors) route each `code/...`
 row to `xrpo_verl.rewards.code`, which runs the response's last ```python block on the problem's
 hidden tests in the sandbox (bubblewrap, or Docker, or `python -m sandbox serve` nodes). Used by
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from xrpo_verl.config import Config, option
-from xrpo_verl.local import code_task, launch, tiny_model
+from xrpo_verl.config import option
+from xrpo_verl.lab import code_task, launch, tiny_model
+from xrpo_verl.lab.setting import Setting
 
 # The warm-up stops before the reference programs are learnt (its lr schedule is 600 steps long),
 # so that sampled programs pass on some problems and fail on others, the spread RL needs. The pass
@@ -28,18 +29,12 @@ MODEL = tiny_model.TinyModelConfig(
 XRPO_OVERRIDES = ("algorithm.xrpo.icl.max_example_tokens=48",)
 
 
+# The learning rate: 3e-5 learnt too, more slowly (RESULTS.md, "Code RL on CPU"); the response
+# budget leaves room beyond the reference programs' length.
 @dataclass(frozen=True)
-class CodeSetting(Config):
+class CodeSetting(Setting, steps=30, lr=6e-5, n_heldout=64, val_samples=16, data_seed=5, model=lambda: MODEL):
     """Sizes and trainer settings of a code-RL run."""
 
-    steps: int = option(30, "Training steps. [I]")
-    prompts_per_step: int = option(8, "Prompts per step (B). [I]")
-    n: int = option(8, "Rollouts per prompt (GRPO's n; XRPO's n_avg). [I]")
-    lr: float = option(6e-5, "Actor learning rate (3e-5 learnt too, more slowly: RESULTS.md). [I]")
-    max_response_length: int = option(48, "Response budget in tokens (the reference programs take ~26). [I]")
-    n_heldout: int = option(64, "Held-out problems, disjoint from the training problems. [I]")
-    val_samples: int = option(16, "k samples per held-out problem at T=1 for the pass rate. [I]")
-    data_seed: int = option(5, "Seed of the train/held-out split. [I]")
     backend: Literal["bwrap", "docker", "remote"] = option("bwrap", "Sandbox backend of the reward workers. [I]")
     url: tuple[str, ...] = option(
         (), "with backend=remote: the `python -m sandbox serve` URLs (spread, with fail-over). [I]"
@@ -47,10 +42,6 @@ class CodeSetting(Config):
     max_concurrency: int = option(
         4, "Sandbox calls in flight per reward worker (reward.reward_kwargs.max_concurrency). [I]"
     )
-    model: tiny_model.TinyModelConfig = option(help="The warmed-up model. [I]", factory=lambda: MODEL)
-
-    def __post_init__(self) -> None:
-        self._check_fields()
 
     def reward_overrides(self) -> list[str]:
         """The reward of this task: the `xrpo` manager, judging in the sandbox."""
@@ -159,7 +150,7 @@ def heldout_accuracy(
 ) -> dict:
     """`{"greedy", "mean@k", "pass@k"}` Accuracy on `problems`: the greedy program accepted; the
     share of k programs at T=1 accepted; any of the k accepted (an AC verdict, not a partial score)."""
-    from xrpo_verl.local.learning import accuracy
+    from xrpo_verl.lab.learning_setting import accuracy
     from xrpo_verl.rewards.result import is_success
 
     greedy = judged_samples(model, tokenizer, problems, 1, max_new_tokens, backend, seed, greedy=True)
@@ -170,3 +161,67 @@ def heldout_accuracy(
         f"mean@{k}": accuracy([sum(row) / k for row in ok]),
         f"pass@{k}": accuracy([float(any(row)) for row in ok]),
     }
+
+
+def measure(model_dir: str | Path, checkpoint: str | Path | None, setting: CodeSetting) -> tuple[dict, dict]:
+    """The demo's measurement: the held-out pass rate (k programs at T=1, judged in the sandbox)
+    and, as an extra summary field, the verdicts of those programs."""
+    from transformers import AutoTokenizer
+
+    from xrpo_verl.lab.learning_setting import accuracy, load_actor
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = load_actor(model_dir, checkpoint)
+    rates, verdicts = sampled_pass_rates(
+        model,
+        tokenizer,
+        heldout_problems(setting),
+        setting.val_samples,
+        setting.max_response_length,
+        backend=setting.backend,
+    )
+    return {f"pass@1 (mean of {setting.val_samples} at T=1)": accuracy(rates)}, {"verdicts": verdicts}
+
+
+REWARD = "critic/score/mean"  # verl's batch mean of the step's rewards
+VERDICT_COLUMNS = ("AC", "WA", "TLE", "RE", "CE", "SE", "no_code")
+
+
+def verdict_table(metrics: dict[int, dict]) -> str:
+    """One line per step: reward, the verdict counts, the rows that took the verdict of the same
+    program judged for another row (memo), and the sandbox time the trainer logged (busy: any judge
+    running; alone: no rollout generating meanwhile, the sandbox on the critical path)."""
+    head = f"{'step':>4} {'reward':>6} " + " ".join(f"{v:>7}" for v in VERDICT_COLUMNS)
+    head += f" {'memo':>5} {'sandbox s':>9} {'step s':>7} {'busy':>6} {'alone':>6}"
+    lines = [head]
+    for step in sorted(metrics):
+        m = metrics[step]
+        if REWARD not in m:
+            continue
+        counts = " ".join(f"{m.get(f'reward/verdict/{v}', 0):7.0f}" for v in VERDICT_COLUMNS)
+        lines.append(
+            f"{step:4d} {m[REWARD]:6.2f} {counts} {m.get('reward/sandbox/memo_hits', 0):5.0f} "
+            f"{m.get('reward/sandbox/busy_s', 0):9.2f} "
+            f"{m.get('timing_s/step', 0):7.1f} {m.get('reward/sandbox/share', 0):6.1%} "
+            f"{m.get('reward/sandbox/exclusive_share', 0):6.1%}"
+        )
+    return "\n".join(lines)
+
+
+def train_summary(metrics: dict[int, dict]) -> tuple[dict, str]:
+    """The training run's verdicts and sandbox time, for the demo's summary.json, and the line it
+    prints: the share of the step time the sandbox was busy, and alone on the critical path."""
+    busy = sum(m.get("reward/sandbox/busy_s", 0) for m in metrics.values())
+    alone = sum(m.get("reward/sandbox/exclusive_s", 0) for m in metrics.values())
+    step_s = sum(m.get("timing_s/step", 0) for m in metrics.values())
+    fields = {
+        "train_verdicts": {v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS},
+        "memo_hits": sum(m.get("reward/sandbox/memo_hits", 0) for m in metrics.values()),
+        "sandbox_share_of_step": busy / step_s if step_s else 0.0,
+        "sandbox_alone_share_of_step": alone / step_s if step_s else 0.0,
+    }
+    line = (
+        f"sandbox share of the step time: busy {fields['sandbox_share_of_step']:.1%}, "
+        f"alone (no rollout generating) {fields['sandbox_alone_share_of_step']:.1%}"
+    )
+    return fields, line

@@ -1,7 +1,8 @@
-"""`make demo`: RL on CPU through verl's real trainer, end to end, and the model visibly learns.
+"""`make demo` (`python -m xrpo_verl.lab demo`): RL on CPU through verl's real trainer, end to end,
+and the model visibly learns.
 
 1. builds (or reuses) the tiny Qwen2 model, warmed up on multi-digit column addition only partly
-   (`xrpo_verl.local.learning`);
+   (`xrpo_verl.lab.learning_setting`);
 2. writes the training sums and a disjoint held-out set as verl parquet;
 3. trains with `python -m verl.trainer.main_ppo`, showing one progress line (step, reward,
    rollouts per prompt, ICL flips) instead of the trainer's log (kept in trainer.log); while verl
@@ -10,18 +11,18 @@
 4. measures the trained model the same way and prints before/after with standard errors, and
    writes a PNG of training reward against step.
 
-`--task testbed` (`make demo TASK=testbed`): XRPO on the premise testbed (`xrpo_verl.local.testbed`),
+`--task testbed` (`make demo TASK=testbed`): XRPO on the premise testbed (`xrpo_verl.lab.testbed`),
 the setting where each exploration part has what it is built on; its model is shipped with the
 package (`tiny_model.SHIPPED`), the same on every machine, and unpacked the first time.
 
 `--task code` (`make demo TASK=code`): the same stages (`run`) on the tiny code task
-(`xrpo_verl.local.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
+(`xrpo_verl.lab.code_rl`): the reward of every response is the sandbox's verdict on hidden tests
 (bubblewrap, or Docker with `--sandbox docker`), XRPO on by default; the pass rate is k programs
 sampled at T=1 per held-out problem, judged in the sandbox; a table adds the verdict counts and
-the sandbox time of each step. A task is a `Task`: its setting, data, measurement and table.
+the sandbox time of each step. A task is a `Task`: its setting, data, measurement, and what the
+summary adds for it (the code task's table and sandbox share live in `code_rl`).
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -34,8 +35,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from xrpo_verl.local import code_rl, launch, learning, testbed
-from xrpo_verl.local.launch import read_metrics
+from xrpo_verl.lab import code_rl, launch, learning_setting, testbed
+from xrpo_verl.lab.launch import read_metrics
 
 # Metrics of the `xrpo` trainer mode (xrpo_verl/verl_adapters/step_metrics.py); absent for GRPO.
 N_MIN, N_MAX = "xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"
@@ -139,7 +140,7 @@ def report(before: dict, after: dict, recipe: str, steps: int) -> str:
         f"({recipe}, {steps} steps; ± is the standard error over problems)"
     ]
     for name in before:
-        delta, se = learning.paired_change(before[name].per_problem, after[name].per_problem)
+        delta, se = learning_setting.paired_change(before[name].per_problem, after[name].per_problem)
         rows.append(
             f"  {name:8s} before {before[name]}   after {after[name]}   change {delta:+.3f} ± {se:.3f}"
             f" ({delta / se if se else float('inf'):.1f} SE)"
@@ -187,88 +188,38 @@ def plot(metrics: dict[int, dict], before: dict, after: dict, path: Path, title:
     return path
 
 
-def measure(model_dir: Path, checkpoint: Path | None, setting: learning.LearningSetting) -> dict:
-    """Held-out accuracy of the addition task: greedy, and the mean of k samples at T=1."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    heldout = learning.heldout_problems(setting, setting.n_eval)
-    model = learning.load_actor(model_dir, checkpoint)
-    return learning.heldout_accuracy(model, tokenizer, heldout, setting.val_samples, setting.max_response_length)
-
-
-VERDICT_COLUMNS = ("AC", "WA", "TLE", "RE", "CE", "SE", "no_code")
-
-
-def verdict_table(metrics: dict[int, dict]) -> str:
-    """One line per step: reward, the verdict counts, the rows that took the verdict of the same
-    program judged for another row (memo), and the sandbox time the trainer logged (busy: any judge
-    running; alone: no rollout generating meanwhile, the sandbox on the critical path)."""
-    head = f"{'step':>4} {'reward':>6} " + " ".join(f"{v:>7}" for v in VERDICT_COLUMNS)
-    head += f" {'memo':>5} {'sandbox s':>9} {'step s':>7} {'busy':>6} {'alone':>6}"
-    lines = [head]
-    for step in sorted(metrics):
-        m = metrics[step]
-        if REWARD not in m:
-            continue
-        counts = " ".join(f"{m.get(f'reward/verdict/{v}', 0):7.0f}" for v in VERDICT_COLUMNS)
-        lines.append(
-            f"{step:4d} {m[REWARD]:6.2f} {counts} {m.get('reward/sandbox/memo_hits', 0):5.0f} "
-            f"{m.get('reward/sandbox/busy_s', 0):9.2f} "
-            f"{m.get('timing_s/step', 0):7.1f} {m.get('reward/sandbox/share', 0):6.1%} "
-            f"{m.get('reward/sandbox/exclusive_share', 0):6.1%}"
-        )
-    return "\n".join(lines)
-
-
-def measure_sums(model_dir: Path, checkpoint: Path | None, setting: learning.LearningSetting) -> tuple[dict, dict]:
-    """`Task.measure` of the addition tasks: `measure`, with no extra summary fields."""
-    return measure(model_dir, checkpoint, setting), {}
-
-
-def measure_code(model_dir: Path, checkpoint: Path | None, setting: code_rl.CodeSetting) -> tuple[dict, dict]:
-    """Held-out pass rate of the code task (k programs at T=1, judged in the sandbox) and its verdicts."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = learning.load_actor(model_dir, checkpoint)
-    rates, verdicts = code_rl.sampled_pass_rates(
-        model,
-        tokenizer,
-        code_rl.heldout_problems(setting),
-        setting.val_samples,
-        setting.max_response_length,
-        backend=setting.backend,
-    )
-    return {f"pass@1 (mean of {setting.val_samples} at T=1)": learning.accuracy(rates)}, verdicts
-
-
 @dataclass(frozen=True)
 class Task:
-    """What the five stages need of a task; `TASKS` holds the two."""
+    """What the five stages need of a task; `TASKS` builds each from the command line's arguments."""
 
     name: str
     default_recipe: str
     model_text: str  # what the tiny model was warmed up on, for stage 1
-    setting: Any  # learning.LearningSetting or code_rl.CodeSetting
+    setting: Any  # learning_setting.LearningSetting or code_rl.CodeSetting
     prepare: Callable  # (out_dir, setting) -> (model_dir, train, heldout)
     cpu_run: Callable  # (out_dir, setting, save_freq) -> launch.CpuRun
     measure: Callable  # (model_dir, checkpoint, setting) -> ({name: Accuracy}, {extra summary fields})
     xrpo_extra: tuple[str, ...] = ()  # Hydra overrides of the task's runs on our trainer config
     table: Callable | None = None  # per-step table of the trainer's metrics, printed in stage 5
+    summary: Callable | None = None  # (metrics by step) -> ({summary.json fields}, a line printed in stage 5)
+
+
+def _measure_sums(model_dir: Path, checkpoint: Path | None, setting) -> tuple[dict, dict]:
+    """`Task.measure` of the addition tasks: held-out accuracy, with no extra summary fields."""
+    return learning_setting.measure(model_dir, checkpoint, setting), {}
 
 
 def _addition(args) -> Task:
-    defaults = learning.LearningSetting()
-    setting = learning.LearningSetting(steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
+    defaults = learning_setting.LearningSetting()
+    setting = learning_setting.LearningSetting(steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
     return Task(
         "addition",
         "grpo",
         "column addition",
         setting,
-        learning.prepare,
-        learning.cpu_run,
-        measure_sums,
+        learning_setting.prepare,
+        learning_setting.cpu_run,
+        _measure_sums,
     )
 
 
@@ -281,20 +232,15 @@ def _testbed(args) -> Task:
         "xrpo",
         "column addition in two styles and 16 families, with few-shot prompts",
         setting,
-        learning.prepare,
-        learning.cpu_run,
-        measure_sums,
+        learning_setting.prepare,
+        learning_setting.cpu_run,
+        _measure_sums,
     )
 
 
 def _code(args) -> Task:
     defaults = code_rl.CodeSetting(backend=args.sandbox)
     setting = replace(defaults, steps=args.steps or defaults.steps, lr=args.lr or defaults.lr)
-
-    def measured(model_dir, ckpt, st):
-        accuracy, verdicts = measure_code(model_dir, ckpt, st)
-        return accuracy, {"verdicts": verdicts}
-
     return Task(
         "code",
         "xrpo",
@@ -302,9 +248,10 @@ def _code(args) -> Task:
         setting,
         code_rl.prepare,
         code_rl.cpu_run,
-        measured,
+        code_rl.measure,
         xrpo_extra=code_rl.XRPO_OVERRIDES,
-        table=verdict_table,
+        table=code_rl.verdict_table,
+        summary=code_rl.train_summary,
     )
 
 
@@ -380,59 +327,17 @@ def run(task: Task, recipe: str, seed: int, out_root: Path) -> int:
         "setting": {k: v for k, v in asdict(setting).items() if k != "model"},
         "before": {k: [v.mean, v.se] for k, v in before.items()},
         "after": {k: [v.mean, v.se] for k, v in after.items()},
-        "change": {k: list(learning.paired_change(before[k].per_problem, after[k].per_problem)) for k in before},
+        "change": {
+            k: list(learning_setting.paired_change(before[k].per_problem, after[k].per_problem)) for k in before
+        },
         **{f"{k}_before": v for k, v in before_extra.items()},
         **{f"{k}_after": v for k, v in after_extra.items()},
         "step_seconds": [metrics[s].get("timing_s/step") for s in sorted(metrics)],
     }
-    if task.name == "code":
-        busy = sum(m.get("reward/sandbox/busy_s", 0) for m in metrics.values())
-        alone = sum(m.get("reward/sandbox/exclusive_s", 0) for m in metrics.values())
-        step_s = sum(m.get("timing_s/step", 0) for m in metrics.values())
-        summary["train_verdicts"] = {
-            v: sum(m.get(f"reward/verdict/{v}", 0) for m in metrics.values()) for v in VERDICT_COLUMNS
-        }
-        summary["memo_hits"] = sum(m.get("reward/sandbox/memo_hits", 0) for m in metrics.values())
-        summary["sandbox_share_of_step"] = busy / step_s if step_s else 0.0
-        summary["sandbox_alone_share_of_step"] = alone / step_s if step_s else 0.0
-        print(
-            f"sandbox share of the step time: busy {summary['sandbox_share_of_step']:.1%}, "
-            f"alone (no rollout generating) {summary['sandbox_alone_share_of_step']:.1%}"
-        )
+    if task.summary is not None:
+        fields, line = task.summary(metrics)
+        summary.update(fields)
+        print(line)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(f"plot: {png}\ntotal time: {time.time() - start:.0f}s")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--task",
-        default="addition",
-        choices=sorted(TASKS),
-        help="addition (math), testbed (math, the premise testbed) or code (sandbox rewards)",
-    )
-    parser.add_argument(
-        "--recipe",
-        default=None,
-        help="xrpo_verl/local/recipes/<recipe>.yaml (grpo, dapo, xrpo, extra, xrpo_extra, ...); "
-        "default grpo, xrpo for testbed and code",
-    )
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the task's setting)")
-    parser.add_argument("--lr", type=float, default=None, help="actor learning rate (default: the task's setting)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the training data order (data.seed)")
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="output directory")
-    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "docker"), help="--task code: sandbox backend")
-    args = parser.parse_args(argv)
-    import torch
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    torch.set_num_threads(1)
-    task = TASKS[args.task](args)
-    return run(task, args.recipe or task.default_recipe, args.seed, args.out)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from xrpo_verl.local import addition, tiny_model
-from xrpo_verl.local.learning import LearningSetting
+from xrpo_verl.lab import addition, tiny_model
+from xrpo_verl.lab.learning_setting import LearningSetting
 
 MODEL = tiny_model.TinyModelConfig(
     task="addition",
