@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from xrpo_verl import icl as icl_lib
     from xrpo_verl import planner
-    from xrpo_verl.local import testbed, tiny_model
+    from xrpo_verl.lab import testbed, tiny_model
     from xrpo_verl.verl_adapters import step_metrics as M
     from xrpo_verl.verl_adapters.advantage_inputs import novelty_scores
     from xrpo_verl.verl_adapters.config import validate_trainer_config

@@ -3,7 +3,7 @@
 import numpy as np
 from transformers import AutoTokenizer
 
-from xrpo_verl.local import testbed, tiny_model
+from xrpo_verl.lab import testbed, tiny_model
 from xrpo_verl.verl_adapters.text import batch_decoder
 
 
