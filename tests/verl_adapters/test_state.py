@@ -137,3 +137,19 @@ def test_state_reports_every_encode_of_a_step_once(hash_encoder):
     assert m["xrpo/encoder/device_is_cuda"] == 0 and m["xrpo/encoder/batch_size"] == 64
     again = state.encoder_metrics()
     assert again["xrpo/encoder/texts"] == 0 and "xrpo/encoder/load_seconds" not in again
+
+
+def test_a_state_follows_verls_retention_of_its_actor_checkpoint(tmp_path):
+    from xrpo_verl.verl_adapters.state import prune_orphan_states
+
+    for step in (5, 10, 15):
+        (tmp_path / f"global_step_{step}" / "xrpo").mkdir(parents=True)
+        (tmp_path / f"global_step_{step}" / "xrpo" / "state.pkl").write_bytes(b"x")
+    for step in (10, 15):  # verl kept two actor checkpoints and removed global_step_5/actor
+        (tmp_path / f"global_step_{step}" / "actor").mkdir()
+    (tmp_path / "global_step_5" / "data.pt").write_bytes(b"y")  # verl's own leftovers stay
+    removed = prune_orphan_states(str(tmp_path))
+    assert removed == [str(tmp_path / "global_step_5" / "xrpo")]
+    assert (tmp_path / "global_step_5" / "data.pt").exists()
+    assert (tmp_path / "global_step_10" / "xrpo" / "state.pkl").exists()
+    assert prune_orphan_states(str(tmp_path / "missing")) == []

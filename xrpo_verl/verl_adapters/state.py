@@ -186,6 +186,33 @@ class PluginState:
             self.load_state_dict(pickle.load(f))
 
 
+def prune_orphan_states(checkpoint_dir: str, actor_dir: str = "actor") -> list[str]:
+    """Remove the plugin state of every `global_step_N` whose actor checkpoint verl's retention removed.
+
+    verl's `max_actor_ckpt_to_keep` deletes `global_step_N/actor`, not the folder, so a state saved
+    beside it would stay for the whole run; run after each save, this makes the state follow verl's
+    retention. Returns the state folders removed.
+    """
+    import shutil
+
+    removed = []
+    if not os.path.isdir(checkpoint_dir):
+        return removed
+    for name in os.listdir(checkpoint_dir):
+        step_dir = os.path.join(checkpoint_dir, name)
+        state_dir = os.path.join(step_dir, STATE_DIR)
+        if (
+            name.startswith("global_step_")
+            and os.path.isdir(state_dir)
+            and not os.path.exists(os.path.join(step_dir, actor_dir))
+        ):
+            shutil.rmtree(state_dir, ignore_errors=True)
+            removed.append(state_dir)
+            if not os.listdir(step_dir):
+                os.rmdir(step_dir)
+    return removed
+
+
 class _LazyEmbedder:
     """Loads the sentence encoder on the first `encode`, so start-up and state loading stay cheap, and
     counts what every `encode` costs (texts, calls, seconds) until `take_metrics` reads and resets it.
