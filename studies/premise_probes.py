@@ -209,13 +209,25 @@ def main(argv: list[str] | None = None) -> int:
     seeded = [(i, d) for i, d in zip(fail, decisions) if d.reason == "ok"]
     fail_problems = [train[i] for i in fail]
     control = P.rates(fail_problems, sampler.sample([p.user for p in fail_problems], args.k))
-    icl_rates = P.rates([train[i] for i, _ in seeded], sampler.sample([d.text for _, d in seeded], args.k))
+    icl_groups = sampler.sample([d.text for _, d in seeded], args.k)
+    icl_rates = P.rates([train[i] for i, _ in seeded], icl_groups)
     at = {i: j for j, i in enumerate(fail)}
     p2 = P.compare_arms(icl_rates, [control[at[i]] for i, _ in seeded])
     log(
         f"P2 {p2} (ICL prompts {len(seeded)} of {len(fail)}; mean similarity "
         f"{sum(d.similarity for _, d in seeded) / max(1, len(seeded)):.3f})"
     )
+
+    hinted = [  # (ICL prompt, bare prompt, success) for every verified success of the ICL arm
+        (d.text, train[i].user, smp)
+        for (i, d), group in zip(seeded, icl_groups, strict=True)
+        for smp in group
+        if train[i].score(smp.text) >= 1.0
+    ]
+    with_hint = P.response_logprobs(model, tok, [render(h) for h, _, _ in hinted], [s.token_ids for *_, s in hinted])
+    bare = P.response_logprobs(model, tok, [render(b) for _, b, _ in hinted], [s.token_ids for *_, s in hinted])
+    p5 = P.hint_reliance(with_hint, bare, [len(s.token_ids) for *_, s in hinted])
+    log(f"P5 {p5}")
 
     pc = PrefixConfig()
     newline_ids = {i for t, i in tok.get_vocab().items() if "\n" in tok.convert_tokens_to_string([t])}
@@ -254,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             "mix_pass_at_k": sum(r > 0 for r in held_rates) / len(held_rates),
         },
         "P4": {**asdict(p4), "all_fail": len(fail), "with_prefix": len(with_prefix)},
+        "P5": asdict(p5),
         "examples": {
             "icl_prompt": seeded[0][1].text if seeded else None,
             "prefix": with_prefix[0][1] if with_prefix else None,

@@ -120,3 +120,27 @@ def test_forced_pass_at_k_counts_problems_with_any_success():
     assert P.forced_pass_at_k([0.0, 0.125, 1.0, 0.0]) == 0.5
     with pytest.raises(ValueError):
         P.forced_pass_at_k([])
+
+
+def test_response_logprobs_match_a_token_by_token_forward_pass_and_reliance_is_their_difference():
+    import torch
+
+    config = tiny_model.TinyModelConfig(task="addition", hidden_size=32, intermediate_size=64, num_layers=1)
+    tok = tiny_model.build_tokenizer(config)
+    torch.manual_seed(0)
+    model = tiny_model.build_model(config, tok).eval()
+    prompts = [tiny_model.chat_prompt("1+2=?"), tiny_model.chat_prompt("Here are examples. 3+4=7. Now 1+2=?")]
+    response = tok("3\n", add_special_tokens=False)["input_ids"]
+    got = P.response_logprobs(model, tok, prompts, [response, response], chunk=1)
+    for text, value in zip(prompts, got):  # by hand: one forward pass per prefix of the response
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        want = 0.0
+        for t in range(len(response)):
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids + response[:t]])).logits[0, -1]
+            want += float(logits.float().log_softmax(-1)[response[t]])
+        assert value == pytest.approx(want, abs=1e-4)
+    r = P.hint_reliance([got[1], -1.0], [got[0], -3.5], [len(response), 2])
+    assert r.successes == 2 and r.seq_mean == pytest.approx(((got[1] - got[0]) + 2.5) / 2)
+    assert r.token_mean == pytest.approx(((got[1] - got[0]) + 2.5) / (len(response) + 2))
+    assert P.hint_reliance([], [], []).successes == 0

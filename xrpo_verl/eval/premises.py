@@ -21,6 +21,11 @@ P3 styles that matter (ExTra's novelty bonus, pass@k), given `style(text) -> nam
     1 - (1 - p)^k is concave, so from a few samples per style it comes out low and the cost high;
     where a style can be forced by a response prefix (`forced_pass_at_k`), k samples of each style
     measure it directly: collapsed_j = mean_q [any of q's k forced samples correct].
+P5 hint reliance (HiLL, arXiv 2604.00698), on the ICL arm's verified successes y of P2:
+    rel(y) = log pi(y | ICL prompt) - log pi(y | bare prompt), teacher-forced, per sequence and per
+    token: how much less likely the hinted success is without the examples. A success that the bare
+    prompt finds as likely (rel ~ 0) can teach the bare prompt; one it finds far less likely cannot,
+    whether trained with the examples (`icl.mode=with_icl`) or on the bare prompt (`strip_icl`).
 P4 prefixes worth keeping (ExTra's regeneration), on F: b* = ExTra's choice over q's k failed
     samples (`prefix.group_candidates` + `prefix.select_prefix`, MiniLM embeddings of the prefix
     texts, the recipe's settings); k continuations of prompt + b*, against P2's k fresh samples:
@@ -279,3 +284,46 @@ def forced_pass_at_k(forced_rates: Sequence[float]) -> float:
     if not forced_rates:
         raise ValueError("forced_pass_at_k needs at least one problem")
     return sum(r > 0 for r in forced_rates) / len(forced_rates)
+
+
+def response_logprobs(model, tok, prompts: Sequence[str], responses: Sequence[Sequence[int]], chunk: int = 64):
+    """Teacher-forced sum of log pi(y_t | prompt, y_<t) over each response's tokens: (list of floats)."""
+    import torch
+
+    out: list[float] = []
+    for at in range(0, len(prompts), chunk):
+        rows, spans = [], []
+        for text, resp in zip(prompts[at : at + chunk], responses[at : at + chunk], strict=True):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            rows.append(list(ids) + list(resp))
+            spans.append((len(ids), len(resp)))
+        width = max(len(r) for r in rows)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        with torch.no_grad():
+            logp = model(input_ids=input_ids, attention_mask=mask).logits.float().log_softmax(-1)
+        for i, (start, n) in enumerate(spans):
+            targets = input_ids[i, start : start + n]
+            out.append(float(logp[i, start - 1 : start + n - 1].gather(-1, targets[:, None]).sum()))
+    return out
+
+
+@dataclass(frozen=True)
+class Reliance:
+    """P5 over the ICL arm's successes: log pi(y | ICL) - log pi(y | bare), mean ± SE."""
+
+    successes: int
+    seq_mean: float
+    seq_se: float
+    token_mean: float
+    share_over_1_nat: float  # successes at least e times less likely without the examples
+
+
+def hint_reliance(with_hint: Sequence[float], bare: Sequence[float], lengths: Sequence[int]) -> Reliance:
+    """P5 from the teacher-forced log-likelihoods of each success with and without the examples."""
+    d = [a - b for a, b in zip(with_hint, bare, strict=True)]
+    if not d:
+        return Reliance(0, 0.0, 0.0, 0.0, 0.0)
+    mean, se = mean_se(d)
+    return Reliance(len(d), mean, se, sum(d) / max(1, sum(lengths)), sum(x >= 1.0 for x in d) / len(d))
