@@ -414,6 +414,7 @@ def plot(summary: dict, args, path: Path) -> None:
     task = {
         "learning": "Learning setting (column addition",
         "testbed": "Testbed (families of sums",
+        "testbed_epochs": "Testbed over 128 prompts, four epochs (families of sums",
         "code": "Code task (stdin programs judged in the sandbox",
     }[args.setting]
     fig.suptitle(f"{task}, tiny model, verl on CPU): thin = one seed, thick = mean")
