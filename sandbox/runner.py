@@ -50,6 +50,30 @@ def set_rlimits(items: list[tuple[int, int]]) -> None:
         resource.setrlimit(res, (value, value))
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) of the live processes of group `pgid` and of the children they
+    reaped, from /proc: what a wall-clock kill would lose, since a driver killed with its children
+    (g++ and cc1plus) never reaps them and `wait4` reports the driver alone. 0 where /proc is absent."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        # after the command: state ppid pgrp ... utime(12) stime(13) cutime(14) cstime(15), 0-based here
+        if int(fields[2]) == pgid:
+            total += sum(int(x) for x in fields[11:15])
+    return total / tick
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL a process group that may already be gone."""
     try:
@@ -189,12 +213,14 @@ def run_capped(
         os.close(in_w)
         in_w = -1
     timed_out = output_limit = exited = False
+    group_cpu = 0.0
     deadline = t0 + wall_s
     try:
         while not exited and not output_limit:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
+                group_cpu = group_cpu_s(pid)  # before the kill: the children's CPU dies with them
                 break
             for fd, _ in poll.poll(max(1, math.ceil(left * 1000))):
                 if fd == pidfd:
@@ -232,7 +258,7 @@ def run_capped(
         "signal": None,
         "stdout": b"".join(chunks[out_r])[:max_output],
         "stderr": b"".join(chunks[err_r])[:STDERR_CAP],
-        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "cpu_s": max(ru.ru_utime + ru.ru_stime, group_cpu),
         "wall_s": wall,
         "memory_mb": ru.ru_maxrss / 1024.0,
         "message": "",
