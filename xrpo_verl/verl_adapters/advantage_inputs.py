@@ -35,8 +35,8 @@ def novelty_scores(
     """
     idx = np.flatnonzero(view.valid.numpy())
     novelty = torch.zeros(len(view.uids), dtype=torch.float32)
-    if idx.size == 0:
-        return novelty, {"xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0}
+    if idx.size == 0:  # nothing scored: the step metrics' zeros stand (`step_metrics.signal_metrics`)
+        return novelty, {}
     tails = [decode(view.responses[i][-cfg.tail_tokens :].tolist()) for i in idx]
     emb = encode(tails)
     keys = [view.keys[i] for i in idx]
