@@ -32,7 +32,8 @@ class XrpoAdvantageInputs:
     Attributes:
         seq_logp_mean: (B,) float, s(y_i) = mean old log-prob over generated tokens (prefix tokens excluded).
         correct: (B,) bool, verified correct (reward > 0); False on padding rows.
-        novelty: (B,) float, ExTra r_int(x, y_i) from the novelty memory (already 0 when incorrect); 0 on padding.
+        novelty: (B,) float, ExTra r_int(x, y_i) from the novelty memory, ungated (the estimator gates by
+            correctness); 0 on padding.
         gate: (B,) float or None, g(x) = exp(-λ EMA Var[R(x)]) for `placement=before_norm`; None means g = 1.
     """
 
