@@ -23,7 +23,7 @@ import pytest
 
 from sandbox.backends.bwrap import bwrap_available
 from xrpo_verl.lab import code_task
-from xrpo_verl.rewards.code import busy_seconds
+from xrpo_verl.rewards.sandbox_metrics import busy_seconds
 
 N = int(os.environ.get("XRPO_BENCH_CODE_N", 32))
 _BASE: dict[str, float] = {}

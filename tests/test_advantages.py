@@ -221,3 +221,109 @@ def test_bonus_effect_by_hand():
         "share": 0.0,
         "rank_changed": 0.0,
     }
+
+
+# ---------------------------------------------------------------- advantage_parts, the one pass
+FEATURES = {
+    "grpo": frozenset(),
+    "xrpo": frozenset({"sharpening"}),
+    "extra": frozenset({"novelty"}),
+    "xrpo_extra": frozenset({"sharpening", "novelty"}),
+}
+
+
+def _old_sequence_advantages(scores, index, inputs, *, features, xrpo_cfg, extra_cfg, norm_adv_by_std):
+    """The composition the estimators ran before `advantage_parts` (verl_adapters/estimators.py,
+    `sequence_advantages`, at 729aaa7), verbatim but for its config parsing: the reference."""
+    novelty_cfg = extra_cfg.novelty
+    use_novelty = "novelty" in features
+    if use_novelty and novelty_cfg.placement == "before_norm":
+        scores = A.novelty_shaped_scores(
+            scores, inputs["correct"], inputs["novelty"], index, scale=novelty_cfg.scale, gate=inputs["gate"]
+        )
+    adv = A.grpo_advantages(scores, index, norm_by_std=norm_adv_by_std)
+    if "sharpening" in features:
+        sharp = xrpo_cfg.sharpening
+        adv = A.sharpen_advantages(
+            adv, inputs["correct"], inputs["seq_logp_mean"], index, coef=sharp.coef, cap_frac=sharp.cap_frac
+        )
+    if use_novelty and novelty_cfg.placement == "after_norm":
+        adv = A.add_novelty_bonus(adv, inputs["correct"], inputs["novelty"], scale=novelty_cfg.scale)
+    return adv
+
+
+def _parts_batch(seed):
+    """A random step: groups of 1 to 12 in shuffled order, partial-credit rewards, likelihoods,
+    novelty (some zero) and a gate."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(1, 13, (30,), generator=g).tolist()
+    index = np.array([f"uid{q}" for q, s in enumerate(sizes) for _ in range(s)], dtype=object)
+    index = index[torch.randperm(len(index), generator=g).numpy()]
+    b = len(index)
+    scores = torch.tensor([0.0, 0.25, 1.0])[torch.randint(0, 3, (b,), generator=g)]
+    novelty = torch.rand(b, generator=g) * (torch.rand(b, generator=g) > 0.3)
+    return index, {
+        "scores": scores,
+        "correct": scores >= 1.0,
+        "seq_logp_mean": -torch.rand(b, generator=g) * 3,
+        "novelty": novelty,
+        "gate": torch.rand(b, generator=g),
+    }
+
+
+@pytest.mark.parametrize("estimator", sorted(FEATURES))
+@pytest.mark.parametrize("placement", ["before_norm", "after_norm"])
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_advantage_parts_give_exactly_the_old_advantages_and_stages(estimator, placement, norm, seed):
+    """Bit for bit: the final advantages are the old estimator's, and each stage is the old
+    estimator run without the later features (what the step metrics used to recompute)."""
+    from xrpo_verl.config import ExTraConfig, XRPOConfig
+
+    xrpo_cfg = XRPOConfig.from_dict({"sharpening": {"coef": 1.7, "cap_frac": 0.4}})
+    extra_cfg = ExTraConfig.from_dict({"novelty": {"scale": 0.3, "placement": placement}})
+    index, x = _parts_batch(seed)
+    features = FEATURES[estimator]
+    parts = A.advantage_parts(
+        x["scores"],
+        index,
+        correct=x["correct"],
+        seq_logp_mean=x["seq_logp_mean"],
+        novelty=x["novelty"],
+        gate=x["gate"],
+        sharpening=xrpo_cfg.sharpening if "sharpening" in features else None,
+        novelty_bonus=extra_cfg.novelty if "novelty" in features else None,
+        norm_by_std=norm,
+    )
+
+    def old(feats):
+        return _old_sequence_advantages(
+            x["scores"],
+            index,
+            x,
+            features=frozenset(feats),
+            xrpo_cfg=xrpo_cfg,
+            extra_cfg=extra_cfg,
+            norm_adv_by_std=norm,
+        )
+
+    assert torch.equal(parts.advantages, old(features))
+    assert torch.equal(parts.grpo, old(()))
+    assert torch.equal(parts.sharpened, old(features & {"sharpening"}))
+    if "sharpening" in features:
+        assert torch.equal(parts.eta, A.novelty_ratio(x["seq_logp_mean"], index))
+    else:
+        assert parts.eta is None
+    assert (parts.novelty is not None) == ("novelty" in features)
+    if "sharpening" not in features:
+        assert torch.equal(parts.sharpening_bonus, torch.zeros_like(parts.grpo))
+    if "novelty" not in features:
+        assert torch.equal(parts.novelty_bonus, torch.zeros_like(parts.grpo))
+    torch.testing.assert_close(parts.grpo + parts.sharpening_bonus + parts.novelty_bonus, parts.advantages)
+
+
+def test_token_advantages_spread_over_the_mask():
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+    got = A.token_advantages(torch.tensor([2.0, -1.0], dtype=torch.float64), mask, torch.float32)
+    assert got.dtype == torch.float32
+    assert got.tolist() == [[2.0, 2.0, 0.0], [0.0, -1.0, -1.0]]

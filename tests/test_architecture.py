@@ -69,6 +69,12 @@ def _files(*patterns: str) -> list[Path]:
 # the platform's entry point under its old name.
 CPU_MODE = ("xrpo_verl.cpu", "xrpo_verl.lab", "xrpo_verl.local")
 
+# the reward scorers, and the manager that runs them: what the trainer must not reach into
+SCORERS = {
+    f"xrpo_verl.rewards.{m}"
+    for m in ("math", "code", "extract", "routing", "manager", "_verify_pool", "_verify_worker")
+}
+
 # layer -> (its files, what they must never import: a top-level package, or a package of ours)
 RULES = {
     "xrpo_verl/<pure>.py": (
@@ -79,6 +85,17 @@ RULES = {
     "xrpo_verl/rewards/ scorers": (
         [ROOT / "xrpo_verl" / "rewards" / f"{m}.py" for m in ("math", "code", "extract", "routing")],
         FRAMEWORKS | {"xrpo_verl.verl_adapters", *CPU_MODE},
+    ),
+    # the result schema and its step metrics: what scorers fill and adapters read, below both
+    "xrpo_verl/rewards/ schema": (
+        [ROOT / "xrpo_verl" / "rewards" / f"{m}.py" for m in ("result", "sandbox_metrics")],
+        FRAMEWORKS | SCORERS | {"sandbox", "xrpo_verl.verl_adapters", *CPU_MODE},
+    ),
+    # the trainer mode reads the scorers' results, never the scorers (the plugin's registration
+    # table, which files the reward manager with verl, is the one exception)
+    "xrpo_verl/verl_adapters/ but plugin.py": (
+        [p for p in _files("xrpo_verl/verl_adapters/*.py") if p.name != "plugin.py"],
+        SCORERS,
     ),
     "xrpo_verl/data/": (_files("xrpo_verl/data/**/*.py"), FRAMEWORKS),
     # the adapters import verl and everything of ours below them, nothing above
@@ -102,6 +119,30 @@ def test_layer_imports_nothing_above_it(layer):
     assert files, layer
     offenders = {str(f.relative_to(ROOT)): _banned(imports(f), banned) for f in files}
     assert {f: b for f, b in offenders.items() if b} == {}
+
+
+# sandbox/ by tier, lowest first: a module imports only its own tier and those below. The judges
+# grade what the backends ran; the transports and entry points (remote judging, the server, the
+# command line, the package's exports) use the judges. Every module of sandbox/ has a tier.
+SANDBOX_TIERS = [
+    {"sandbox.verdict", "sandbox.runner", "sandbox.languages", "sandbox.problem", "sandbox.options", "sandbox.image"},
+    {m for m in MODULES if m.startswith("sandbox.backends")},
+    {m for m in MODULES if m.startswith("sandbox.judges")},
+    {"sandbox", "sandbox.__main__", "sandbox.remote", "sandbox.runcode", "sandbox.server"},
+]
+
+
+def test_sandbox_imports_only_its_own_tier_and_below():
+    tier = {m: t for t, mods in enumerate(SANDBOX_TIERS) for m in mods}
+    assert set(tier) == {m for m in MODULES if m.split(".")[0] == "sandbox"}  # a new module needs a tier
+    upward = {m: sorted(d for d in GRAPH[m] if d in tier and tier[d] > tier[m]) for m in tier}
+    assert {m: d for m, d in upward.items() if d} == {}
+
+
+def test_the_trainer_reads_no_scorer():
+    """Named apart from the layer rule: the trainer once imported the code scorer for its metrics."""
+    assert not {d for d in GRAPH["xrpo_verl.verl_adapters.trainer"] if d in SCORERS}
+    assert "xrpo_verl.rewards.sandbox_metrics" in GRAPH["xrpo_verl.verl_adapters.trainer"]
 
 
 def test_the_import_scan_sees_lazy_and_importlib_imports(tmp_path):

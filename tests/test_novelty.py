@@ -128,3 +128,19 @@ def test_reward_variance_gate():
 def test_bad_input_raises(call, needle):
     with pytest.raises(ValueError, match=needle):
         call(NoveltyMemory(capacity=4, warmup=1))
+
+
+def test_score_then_update_is_score_then_update():
+    """The trainer's one call: the same scores as `score`, and the same memory after as `update`."""
+    rng = np.random.default_rng(3)
+    steps = []
+    for _ in range(4):
+        z = rng.normal(size=(7, 5)).astype(np.float32)
+        steps.append((["a", "b", "a", "c", "a", "b", "b"], z / np.linalg.norm(z, axis=1, keepdims=True)))
+    one, two = NoveltyMemory(capacity=4, warmup=2), NoveltyMemory(capacity=4, warmup=2)
+    for keys, z in steps:
+        got = one.score_then_update(keys, z)
+        want = two.score(keys, z)
+        two.update(keys, z)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert all(np.array_equal(one.entries(k), two.entries(k)) for k in "abc")

@@ -8,9 +8,12 @@ B = 8192 costs microseconds, not a Python loop over rows.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from xrpo_verl.config import NoveltyBonusConfig, SharpeningConfig
 
 
 def group_codes(index: Sequence[Hashable] | np.ndarray) -> tuple[torch.Tensor, int]:
@@ -139,14 +142,24 @@ def sharpen_advantages(
         index: (B,) group ids.
         coef: lambda_nov >= 0.  cap_frac: kappa >= 0.
     """
+    b = _check_sharpening(adv, correct, coef, cap_frac)
+    eta = novelty_ratio(seq_logp_mean, index)
+    _check_rows("index", eta, b)
+    return _sharpen(adv, correct, eta, coef, cap_frac)
+
+
+def _check_sharpening(adv: torch.Tensor, correct: torch.Tensor, coef: float, cap_frac: float) -> int:
     if coef < 0 or cap_frac < 0:
         raise ValueError(f"coef = {coef!r} and cap_frac = {cap_frac!r} must both be >= 0")
     b = _check_rows("adv", adv)
     _check_rows("correct", correct, b)
     if correct.dtype != torch.bool:
         raise ValueError(f"correct must be a bool tensor, got {correct.dtype}")
-    eta = novelty_ratio(seq_logp_mean, index)
-    _check_rows("index", eta, b)
+    return b
+
+
+def _sharpen(adv: torch.Tensor, correct: torch.Tensor, eta: torch.Tensor, coef: float, cap_frac: float) -> torch.Tensor:
+    """The sharpening formula given eta (B,), so that one eta serves every sharpening of a step."""
     raw = (coef * (1.0 - eta.to(adv.dtype))).clamp(min=0)
     bonus = torch.minimum(raw, cap_frac * adv).clamp(min=0)
     return adv + torch.where(correct, bonus, torch.zeros_like(bonus))
@@ -211,6 +224,85 @@ def novelty_shaped_scores(
         _check_rows("gate", gate, scores.shape[0])
         nov_tilde = nov_tilde * gate.detach().to(torch.float64)
     return scores + (scale * nov_tilde * correct.to(torch.float64)).to(scores.dtype)
+
+
+@dataclass(frozen=True)
+class AdvantageParts:
+    """A step's advantages and what each part of the estimator gave, (B,) each in the dtype of the scores.
+
+    The parts are stages, so that a part's effect is the difference of two tensors the training
+    advantages were built from (never a recomputation that could round otherwise):
+        grpo        GRPO (Dr.GRPO without the std) of the rewards alone, no feature;
+        sharpened   grpo after sharpening (grpo itself when sharpening is off);
+        advantages  what the policy is trained on: sharpened plus the novelty bonus (after_norm),
+                    or the same chain on the novelty-shaped rewards (before_norm).
+    """
+
+    grpo: torch.Tensor
+    sharpened: torch.Tensor
+    advantages: torch.Tensor
+    eta: torch.Tensor | None  # (B,) sharpening's eta_i; None when sharpening is off
+    novelty: torch.Tensor | None  # (B,) the r_int the novelty bonus read; None when it is off
+
+    @property
+    def sharpening_bonus(self) -> torch.Tensor:
+        return self.sharpened - self.grpo
+
+    @property
+    def novelty_bonus(self) -> torch.Tensor:
+        """What novelty added on top of the rest (before_norm: through the group normalisation)."""
+        return self.advantages - self.sharpened
+
+
+def advantage_parts(
+    scores: torch.Tensor,
+    index: Sequence[Hashable] | np.ndarray,
+    *,
+    correct: torch.Tensor,
+    seq_logp_mean: torch.Tensor,
+    novelty: torch.Tensor,
+    gate: torch.Tensor | None = None,
+    sharpening: SharpeningConfig | None = None,
+    novelty_bonus: NoveltyBonusConfig | None = None,
+    norm_by_std: bool = True,
+) -> AdvantageParts:
+    """Every estimator of this package in one pass: GRPO, then sharpening, then the novelty bonus.
+
+    A feature is on when its config is given: `grpo` none, `xrpo` sharpening, `extra` novelty_bonus,
+    `xrpo_extra` both. The training advantages are those of the estimator; the other stages are
+    what the step's metrics measure each feature against.
+
+    Args:
+        scores: (B,) sequence rewards R_i.  index: (B,) group ids.
+        correct: (B,) bool, a verified success.  seq_logp_mean: (B,) s(y_i).
+        novelty: (B,) ungated r_int_i >= 0.  gate: (B,) g(x) of before_norm, None is g = 1.
+        norm_by_std: GRPO's division by the group std (False: Dr.GRPO).
+    """
+    grpo = grpo_advantages(scores, index, norm_by_std=norm_by_std)
+    eta, sharpened = None, grpo
+    if sharpening is not None:
+        b = _check_sharpening(grpo, correct, sharpening.coef, sharpening.cap_frac)
+        eta = novelty_ratio(seq_logp_mean, index)
+        _check_rows("seq_logp_mean", eta, b)
+        # A+_i = A_i + min(max(λ_nov (1 − η_i), 0), κ A_i) for correct i   (XRPO §2.4)
+        sharpened = _sharpen(grpo, correct, eta, sharpening.coef, sharpening.cap_frac)
+    final = sharpened
+    if novelty_bonus is not None and novelty_bonus.placement == "after_norm":
+        # A_i = GRPO(R)_i + α · r_int(x, y_i)   (ExTra §3.1, paper form)
+        final = add_novelty_bonus(sharpened, correct, novelty, scale=novelty_bonus.scale)
+    elif novelty_bonus is not None:
+        # ExTra Option A: novelty shapes the score, then the group normalisation (and sharpening) run.
+        shaped = novelty_shaped_scores(scores, correct, novelty, index, scale=novelty_bonus.scale, gate=gate)
+        final = grpo_advantages(shaped, index, norm_by_std=norm_by_std)
+        if sharpening is not None:
+            final = _sharpen(final, correct, eta, sharpening.coef, sharpening.cap_frac)
+    used = novelty if novelty_bonus is not None else None
+    return AdvantageParts(grpo=grpo, sharpened=sharpened, advantages=final, eta=eta, novelty=used)
+
+
+def token_advantages(adv: torch.Tensor, response_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B,) sequence advantages onto every response token: (B, T) of `dtype`, 0 where the mask is 0."""
+    return adv.to(dtype).unsqueeze(-1) * response_mask
 
 
 def bonus_effect(

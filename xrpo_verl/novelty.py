@@ -73,6 +73,18 @@ class NoveltyMemory:
                 raise ValueError(
                     f"correct must be a bool array of shape ({len(keys)},), got {correct.dtype} {correct.shape}"
                 )
+        out = self._score(keys, z)
+        return out if correct is None else out * correct
+
+    def score_then_update(self, keys: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
+        """`score` (ungated), then `update` with the same responses: what a training step does."""
+        keys = list(keys)
+        z = check_unit_rows("embeddings", embeddings, len(keys))
+        out = self._score(keys, z)
+        self._push(keys, z)
+        return out
+
+    def _score(self, keys: list[str], z: np.ndarray) -> np.ndarray:
         out = np.zeros(len(keys), dtype=np.float32)
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
@@ -91,12 +103,14 @@ class NoveltyMemory:
             sims[np.arange(len(rows)), m + np.arange(len(rows))] = -np.inf  # exclude itself
             nov = np.maximum(0.0, 1.0 - sims.max(axis=1))
             out[rows] = np.where(nov >= NOVELTY_EPS, nov, 0.0)
-        return out if correct is None else out * correct
+        return out
 
     def update(self, keys: Sequence[str], embeddings: np.ndarray) -> None:
         """Push every response (correct or not) into its key's ring buffer, in order."""
         keys = list(keys)
-        z = check_unit_rows("embeddings", embeddings, len(keys))
+        self._push(keys, check_unit_rows("embeddings", embeddings, len(keys)))
+
+    def _push(self, keys: list[str], z: np.ndarray) -> None:
         groups: dict[str, list[int]] = {}
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)

@@ -1,18 +1,20 @@
 """`judge()`: compile, run every test in one backend session, compare, and give verdicts.
 
 Judges never start processes themselves: they hand RunSpecs to a backend session. A
-`RemoteJudge` given in place of a backend judges the whole submission on its servers instead.
+`SubmissionJudge` given in place of a backend (`sandbox.remote.RemoteJudge`) judges the whole
+submission itself. It is matched by its shape, not imported: the remote transport grades with the
+judges' own rules (`scoring.py`), so it sits above them, and the judges never import it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Protocol, runtime_checkable
 
 from ..backends import Accept, Backend, RunSpec, get_backend
 from ..languages import COMPILE_LIMITS, PYTHON, Language, get_language
 from ..problem import Problem, as_problem
-from ..remote import RemoteJudge
 from ..verdict import JudgeResult, Limits, RunResult, RunStatus, SandboxError, TestResult, Verdict
 from .classify import STARVED_WALL_FACTOR, compile_starved, starved
 from .scoring import HARNESS, grade_test, summary, test_limits
@@ -22,12 +24,19 @@ log = logging.getLogger(__name__)
 CHECKER_LIMITS = Limits(cpu_s=10, wall_s=20, memory_mb=1024, max_output_bytes=1 << 20)
 
 
+@runtime_checkable
+class SubmissionJudge(Protocol):
+    """A judge-level transport: it compiles, runs and compares a whole submission itself."""
+
+    def judge(self, prob: Problem, code: str, lang: Language, stop_on_first_failure: bool) -> JudgeResult: ...
+
+
 def judge(
     problem: Problem | dict,
     code: str,
     language: str,
     *,
-    backend: str | Backend | RemoteJudge = "auto",
+    backend: str | Backend | SubmissionJudge = "auto",
     stop_on_first_failure: bool = True,
     compile_limits: Limits = COMPILE_LIMITS,
 ) -> JudgeResult:
@@ -40,7 +49,7 @@ def judge(
         raise ValueError(f"problem {prob.id!r} is functional (LeetCode-style), which is Python only; got {language!r}")
     be = get_backend(backend) if isinstance(backend, str) else backend
     try:
-        if isinstance(be, RemoteJudge):  # a judge-level transport: the server compiles, runs and compares
+        if isinstance(be, SubmissionJudge):  # a judge-level transport: the server compiles, runs and compares
             return be.judge(prob, code, lang, stop_on_first_failure)
         return _judge(prob, code, lang, be, stop_on_first_failure, compile_limits)
     except (SandboxError, OSError) as e:

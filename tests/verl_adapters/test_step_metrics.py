@@ -141,3 +141,106 @@ def test_icl_reliance_is_the_log_likelihood_the_examples_add_to_a_correct_hinted
     # with_icl never scores y under the bare prompt, and no log-probs mean nothing to measure: zero
     assert set(icl_reliance_metrics(view, rollout, "with_icl").values()) == {0.0}
     assert set(icl_reliance_metrics(view, None, "strip_icl").values()) == {0.0}
+
+
+def _old_signal_metrics(view, novelty, features, xrpo_cfg, extra_cfg, norm):
+    """`signal_metrics` as it was before the advantage parts (at 729aaa7): each feature's effect by
+    rerunning the estimator's composition without it, on the valid rows. The reference."""
+    from xrpo_verl import advantages as A
+
+    out = {
+        f"xrpo/{f}/bonus_{n}": 0.0
+        for f in ("sharpening", "novelty")
+        for n in ("rows", "abs_mean", "share", "rank_changed")
+    }
+    out["xrpo/novelty/positive_correct"] = 0.0
+    out["xrpo/novelty/mean_correct"] = 0.0
+    out["xrpo/sharpening/eligible_rows"] = 0.0
+    out["xrpo/sharpening/seq_logp_spread"] = 0.0
+    valid = view.valid
+    index = list(np.array(view.uids, dtype=object)[valid.numpy()])
+    correct, seq, nov = view.correct[valid], view.seq_logp_mean[valid], novelty[valid]
+
+    def seq_adv(feats):
+        scores = view.scores[valid]
+        if "novelty" in feats and extra_cfg.novelty.placement == "before_norm":
+            scores = A.novelty_shaped_scores(scores, correct, nov, index, scale=extra_cfg.novelty.scale, gate=None)
+        adv = A.grpo_advantages(scores, index, norm_by_std=norm)
+        if "sharpening" in feats:
+            s = xrpo_cfg.sharpening
+            adv = A.sharpen_advantages(adv, correct, seq, index, coef=s.coef, cap_frac=s.cap_frac)
+        if "novelty" in feats and extra_cfg.novelty.placement == "after_norm":
+            adv = A.add_novelty_bonus(adv, correct, nov, scale=extra_cfg.novelty.scale)
+        return adv
+
+    if "sharpening" in features:
+        plain = seq_adv(())
+        effect = A.bonus_effect(seq_adv({"sharpening"}), plain, correct, index)
+        out.update({f"xrpo/sharpening/bonus_{n}": v for n, v in effect.items()})
+        log_eta = torch.log(A.novelty_ratio(seq, index).double())
+        out["xrpo/sharpening/eligible_rows"] = float((correct & (plain > 0) & (log_eta < -1e-4)).sum())
+        out["xrpo/sharpening/seq_logp_spread"] = float(log_eta.abs().mean()) if len(log_eta) else 0.0
+    if "novelty" in features:
+        effect = A.bonus_effect(seq_adv(features), seq_adv(features - {"novelty"}), correct, index)
+        out.update({f"xrpo/novelty/bonus_{n}": v for n, v in effect.items()})
+        gated = nov * correct
+        out["xrpo/novelty/positive_correct"] = float((gated > 0).sum())
+        out["xrpo/novelty/mean_correct"] = float(gated[correct].mean()) if correct.any() else 0.0
+    return out
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "xrpo", "extra", "xrpo_extra"])
+@pytest.mark.parametrize("placement", ["before_norm", "after_norm"])
+@pytest.mark.parametrize("norm", [True, False])
+def test_signal_metrics_from_the_parts_equal_the_old_recomputation(estimator, placement, norm):
+    """The metrics read the advantage parts the trainer trained on; their values are exactly what
+    rerunning the estimator without each feature gave, verl's padding rows (their own uid) apart."""
+    from xrpo_verl import advantages as A
+    from xrpo_verl.config import ExTraConfig, XRPOConfig
+    from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, PluginSettings
+
+    g = torch.Generator().manual_seed(7)
+    sizes = torch.randint(1, 9, (25,), generator=g).tolist()
+    uids = [f"u{q}" for q, n in enumerate(sizes) for _ in range(n)] + ["pad"] * 3
+    b, t = len(uids), 4
+    acc = torch.tensor([0.0, 0.25, 1.0])[torch.randint(0, 3, (b,), generator=g)]
+    valid = torch.tensor([u != "pad" for u in uids])
+    rm = torch.zeros(b, t)
+    rm[:, -1] = acc * valid
+    view = BatchView(
+        uids=uids,
+        keys=uids,
+        kinds=["base"] * b,
+        raw_prompts=[None] * b,
+        responses=[torch.arange(t) for _ in range(b)],
+        prompts=None,
+        entropy=None,
+        mask=torch.ones(b, t),
+        rm_scores=rm,
+        old_log_probs=-torch.rand(b, t, generator=g) * 2,
+        valid=valid,
+        acc=acc * valid,
+    )
+    novelty = torch.rand(b, generator=g) * (torch.rand(b, generator=g) > 0.3) * valid
+    settings = PluginSettings(
+        xrpo=XRPOConfig.from_dict({}),
+        extra=ExTraConfig.from_dict({"novelty": {"scale": 0.5, "placement": placement}}),
+        adv_estimator=estimator,
+        norm_adv_by_std=norm,
+        rollout_n=8,
+    )
+    parts = A.advantage_parts(
+        view.scores,
+        view.uids,
+        correct=view.correct,
+        seq_logp_mean=view.seq_logp_mean,
+        novelty=novelty,
+        norm_by_std=norm,
+        **settings.feature_configs(),
+    )
+    want = _old_signal_metrics(view, novelty, ESTIMATOR_FEATURES[estimator], settings.xrpo, settings.extra, norm)
+    got = signal_metrics(view, parts)
+    assert {k: v for k, v in got.items() if k in want} == want
+    assert set(got) - set(want) == {"xrpo/novelty/mean_all", "xrpo/novelty/correct_distinct"}  # zeros here
+    if estimator != "grpo":
+        assert any(v != 0 for v in want.values())  # the comparison is not of zeros alone

@@ -68,6 +68,8 @@ class ScoreResult:
 _CASTS = {f.name: {"float": float, "int": int, "str": str}[f.type] for f in fields(ScoreResult)}
 RESULT_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ScoreResult))
 SUCCESS_ACC = 1.0
+# Verdicts a code row can get (SE never reaches a score: it is retried, then raised).
+CODE_VERDICTS = ("AC", "WA", "TLE", "MLE", "RE", "CE", "OLE", "SE", "no_code", "bad_language")
 
 
 def is_success(acc: float) -> bool:

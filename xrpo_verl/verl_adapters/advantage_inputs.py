@@ -35,13 +35,12 @@ def novelty_scores(
     """
     idx = np.flatnonzero(view.valid.numpy())
     novelty = torch.zeros(len(view.uids), dtype=torch.float32)
-    if idx.size == 0:
-        return novelty, {"xrpo/novelty/mean_all": 0.0, "xrpo/novelty/correct_distinct": 0.0}
+    if idx.size == 0:  # nothing scored: the step metrics' zeros stand (`step_metrics.signal_metrics`)
+        return novelty, {}
     tails = [decode(view.responses[i][-cfg.tail_tokens :].tolist()) for i in idx]
     emb = encode(tails)
     keys = [view.keys[i] for i in idx]
-    raw = memory.score(keys, emb, np.ones(idx.size, dtype=bool))
-    memory.update(keys, emb)
+    raw = memory.score_then_update(keys, emb)
     novelty[idx] = torch.as_tensor(np.asarray(raw, dtype=np.float32))
     # correct responses whose text differs from every other response of their prompt this step:
     # only these can be novel (identical answers have cosine 1)

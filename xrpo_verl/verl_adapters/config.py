@@ -51,6 +51,16 @@ def read_method_configs(algorithm: Mapping | DictConfig) -> tuple[XRPOConfig, Ex
     return xrpo, extra
 
 
+def feature_configs(adv_estimator: str, xrpo: XRPOConfig, extra: ExTraConfig) -> dict[str, Any]:
+    """The configs of the features `adv_estimator` applies, as `advantages.advantage_parts` takes
+    them (`sharpening`, `novelty_bonus`; None for a feature the estimator leaves off)."""
+    features = ESTIMATOR_FEATURES[adv_estimator]
+    return {
+        "sharpening": xrpo.sharpening if "sharpening" in features else None,
+        "novelty_bonus": extra.novelty if "novelty" in features else None,
+    }
+
+
 @dataclass(frozen=True)
 class PluginSettings:
     """Everything the xrpo trainer mode needs, resolved and validated once."""
@@ -68,6 +78,9 @@ class PluginSettings:
     @property
     def use_novelty(self) -> bool:
         return "novelty" in ESTIMATOR_FEATURES[self.adv_estimator]
+
+    def feature_configs(self) -> dict[str, Any]:
+        return feature_configs(self.adv_estimator, self.xrpo, self.extra)
 
     @property
     def use_planner(self) -> bool:

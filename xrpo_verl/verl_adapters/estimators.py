@@ -5,15 +5,16 @@ Each is GRPO (or Dr.GRPO with `algorithm.norm_adv_by_std_in_grpo=false`) plus:
 - `extra`: the correctness-gated embedding novelty bonus (ExTra §3.1);
 - `xrpo_extra`: both, sharpening first.
 
-verl calls registered estimators with `token_level_rewards, response_mask, index, config` only
-(`ray_trainer.compute_advantage`). The sequence log-likelihoods and novelty scores come from our
-trainer (`trainer.v1.trainer_mode=xrpo`) as `xrpo_inputs`; without them the estimator raises
-instead of silently falling back to GRPO.
+Each is a thin wrapper over `advantages.advantage_parts`, the function our trainer calls itself
+(it holds the parsed settings and needs the parts for its metrics, so it does not go through
+verl's registry). They are registered so that verl knows the names: verl calls a registered
+estimator with `token_level_rewards, response_mask, index, config` only
+(`ray_trainer.compute_advantage`), and ours also need the sequence log-likelihoods and novelty
+scores (`xrpo_inputs`); without them the estimator raises instead of silently falling back to GRPO.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,7 @@ import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
 from xrpo_verl import advantages as adv_lib
-from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, TRAINER_MODE, read_method_configs
+from xrpo_verl.verl_adapters.config import TRAINER_MODE, feature_configs, read_method_configs
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,8 @@ class XrpoAdvantageInputs:
     Attributes:
         seq_logp_mean: (B,) float, s(y_i) = mean old log-prob over generated tokens (prefix tokens excluded).
         correct: (B,) bool, verified correct (reward > 0); False on padding rows.
-        novelty: (B,) float, ExTra r_int(x, y_i) from the novelty memory (already 0 when incorrect); 0 on padding.
+        novelty: (B,) float, ExTra r_int(x, y_i) from the novelty memory, ungated (the estimator gates by
+            correctness); 0 on padding.
         gate: (B,) float or None, g(x) = exp(-λ EMA Var[R(x)]) for `placement=before_norm`; None means g = 1.
     """
 
@@ -50,40 +52,7 @@ class XrpoAdvantageInputs:
             raise ValueError(f"xrpo_inputs.correct must be a bool tensor, got {self.correct.dtype}")
 
 
-def sequence_advantages(
-    scores: torch.Tensor,
-    index: Sequence,
-    inputs: XrpoAdvantageInputs,
-    *,
-    features: frozenset[str],
-    algorithm_config,
-    norm_adv_by_std: bool,
-) -> torch.Tensor:
-    """One advantage per response: GRPO, then the selected features. Returns (B,) float."""
-    xrpo_cfg, extra_cfg = read_method_configs(algorithm_config)
-    novelty_cfg = extra_cfg.novelty
-    use_novelty = "novelty" in features
-    if use_novelty and novelty_cfg.placement == "before_norm":
-        # ExTra Option A: novelty shapes the score, then the group normalisation runs.
-        scores = adv_lib.novelty_shaped_scores(
-            scores, inputs.correct, inputs.novelty, index, scale=novelty_cfg.scale, gate=inputs.gate
-        )
-    adv = adv_lib.grpo_advantages(scores, index, norm_by_std=norm_adv_by_std)
-    if "sharpening" in features:
-        # A+_i = A_i + min(max(λ_nov (1 − η_i), 0), κ A_i) for correct i   (XRPO §2.4)
-        sharp = xrpo_cfg.sharpening
-        adv = adv_lib.sharpen_advantages(
-            adv, inputs.correct, inputs.seq_logp_mean, index, coef=sharp.coef, cap_frac=sharp.cap_frac
-        )
-    if use_novelty and novelty_cfg.placement == "after_norm":
-        # A_i = GRPO(R)_i + α · r_int(x, y_i)   (ExTra §3.1, paper form)
-        adv = adv_lib.add_novelty_bonus(adv, inputs.correct, inputs.novelty, scale=novelty_cfg.scale)
-    return adv
-
-
 def _make_estimator(name: str):
-    features = ESTIMATOR_FEATURES[name]
-
     def estimator(token_level_rewards, response_mask, index=None, config=None, xrpo_inputs=None, **verl_kwargs):
         """Args: token_level_rewards (B, T), response_mask (B, T), index (B,) uids, config = `algorithm`.
 
@@ -99,16 +68,17 @@ def _make_estimator(name: str):
         batch_size = token_level_rewards.shape[0]
         xrpo_inputs.check(batch_size)
         index = list(np.asarray(index, dtype=object))
-        scores = token_level_rewards.sum(dim=-1)
-        adv = sequence_advantages(
-            scores,
+        parts = adv_lib.advantage_parts(
+            token_level_rewards.sum(dim=-1),
             index,
-            xrpo_inputs,
-            features=features,
-            algorithm_config=config,
-            norm_adv_by_std=bool(config.get("norm_adv_by_std_in_grpo", True)),
+            correct=xrpo_inputs.correct,
+            seq_logp_mean=xrpo_inputs.seq_logp_mean,
+            novelty=xrpo_inputs.novelty,
+            gate=xrpo_inputs.gate,
+            norm_by_std=bool(config.get("norm_adv_by_std_in_grpo", True)),
+            **feature_configs(name, *read_method_configs(config)),
         )
-        adv = adv.to(token_level_rewards.dtype).unsqueeze(-1) * response_mask
+        adv = adv_lib.token_advantages(parts.advantages, response_mask, token_level_rewards.dtype)
         return adv, adv
 
     estimator.__name__ = estimator.__qualname__ = f"compute_{name}_advantage"

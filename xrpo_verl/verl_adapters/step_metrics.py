@@ -18,8 +18,6 @@ from xrpo_verl import planner
 from xrpo_verl.icl import ICLDecision
 from xrpo_verl.icl_gate import ArmCounts
 from xrpo_verl.verl_adapters.batch_view import BatchView
-from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, PluginSettings
-from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs, sequence_advantages
 
 # bins of the allocation histogram: how many prompts got k extra rollouts in a round
 ALLOC_BINS = ((0, 0), (1, 2), (3, 4), (5, 8), (9, 16), (17, 10**9))
@@ -163,58 +161,39 @@ def prefix_mask_metrics(view: BatchView) -> dict[str, float]:
 _BONUS_STATS = ("rows", "abs_mean", "share", "rank_changed")
 
 
-def signal_metrics(
-    view: BatchView | None,
-    inputs: XrpoAdvantageInputs | None = None,
-    algorithm=None,
-    settings: PluginSettings | None = None,
-) -> dict[str, float]:
+def signal_metrics(view: BatchView | None, parts: adv_lib.AdvantageParts | None = None) -> dict[str, float]:
     """What sharpening and the novelty bonus did to correct responses this step; all 0 when off.
 
-    Each feature's effect is its advantages against the same estimator without it (the function the
-    estimator itself calls), so a feature that went inert logs 0.
+    Each feature's effect is the difference of two stages of the step's own advantages
+    (`advantages.AdvantageParts`), over the valid rows, so a feature that went inert logs 0. The
+    novelty memory's own figures (`mean_all`, `correct_distinct`) are 0 here and come from
+    `advantage_inputs.novelty_scores` when the bonus is on.
     """
     out = {f"xrpo/{f}/bonus_{n}": 0.0 for f in ("sharpening", "novelty") for n in _BONUS_STATS}
     out["xrpo/novelty/positive_correct"] = 0.0
     out["xrpo/novelty/mean_correct"] = 0.0
+    out["xrpo/novelty/mean_all"] = 0.0
+    out["xrpo/novelty/correct_distinct"] = 0.0
     # what sharpening can act on: correct responses of mixed groups clearly less likely than their
     # group (each must get a bonus), and whether the likelihoods it reads vary at all
     out["xrpo/sharpening/eligible_rows"] = 0.0
     out["xrpo/sharpening/seq_logp_spread"] = 0.0
-    if view is None:
+    if view is None or parts is None:
         return out
-    features = ESTIMATOR_FEATURES[settings.adv_estimator]
     valid = view.valid
     index = list(np.array(view.uids, dtype=object)[valid.numpy()])
-    sub = XrpoAdvantageInputs(
-        seq_logp_mean=inputs.seq_logp_mean[valid],
-        correct=inputs.correct[valid],
-        novelty=inputs.novelty[valid],
-        gate=None if inputs.gate is None else inputs.gate[valid],
-    )
-
-    def seq_adv(feats) -> torch.Tensor:
-        return sequence_advantages(
-            view.scores[valid],
-            index,
-            sub,
-            features=frozenset(feats),
-            algorithm_config=algorithm,
-            norm_adv_by_std=settings.norm_adv_by_std,
-        )
-
-    correct = sub.correct
-    if "sharpening" in features:
-        plain = seq_adv(())
-        effect = adv_lib.bonus_effect(seq_adv({"sharpening"}), plain, correct, index)
+    correct = view.correct[valid]
+    if parts.eta is not None:
+        plain = parts.grpo[valid]
+        effect = adv_lib.bonus_effect(parts.sharpened[valid], plain, correct, index)
         out.update({f"xrpo/sharpening/bonus_{n}": effect[n] for n in _BONUS_STATS})
-        log_eta = torch.log(adv_lib.novelty_ratio(sub.seq_logp_mean, index).double())
+        log_eta = torch.log(parts.eta[valid].double())
         out["xrpo/sharpening/eligible_rows"] = float((correct & (plain > 0) & (log_eta < -1e-4)).sum())
         out["xrpo/sharpening/seq_logp_spread"] = float(log_eta.abs().mean()) if len(log_eta) else 0.0
-    if "novelty" in features:
-        effect = adv_lib.bonus_effect(seq_adv(features), seq_adv(features - {"novelty"}), correct, index)
+    if parts.novelty is not None:
+        effect = adv_lib.bonus_effect(parts.advantages[valid], parts.sharpened[valid], correct, index)
         out.update({f"xrpo/novelty/bonus_{n}": effect[n] for n in _BONUS_STATS})
-        gated = sub.novelty * correct  # the bonus only ever reaches correct responses
+        gated = parts.novelty[valid] * correct  # the bonus only ever reaches correct responses
         out["xrpo/novelty/positive_correct"] = float((gated > 0).sum())
         out["xrpo/novelty/mean_correct"] = float(gated[correct].mean()) if correct.any() else 0.0
     return out

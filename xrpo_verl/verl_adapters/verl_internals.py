@@ -29,8 +29,8 @@ PRIVATE_NAMES: dict[str, dict[str, str]] = {
         "_agent_loop_postprocess": "verl_adapters/agent_loops.py: the TQ worker's methods, taken over",
     },
     "verl.trainer.ppo.v1.trainer_base:PPOTrainer": {
-        "_next_train_batch": "verl_adapters/trainer.py: the step's dataloader prompts",
-        "_submit_batch_to_rollout": "verl_adapters/trainer.py: every round's submission",
+        "_next_train_batch": "verl_adapters/trainer.py: the step's dataloader prompts, handed to rounds.py",
+        "_submit_batch_to_rollout": "verl_adapters/trainer.py: every round's submission, handed to rounds.py",
         "_compute_advantage": "verl_adapters/trainer.py: our estimators and memories",
         "_balance_batch": "verl_adapters/trainer.py: each mini-batch's rows sorted by length",
         "_compute_metrics": "verl_adapters/trainer.py: plugin and sandbox metrics",
