@@ -218,6 +218,50 @@ class TqProbe:
         self.tq.kv_clear(keys=self.keys, partition_id=T.PARTITION)
 
 
+def advantage_pass(cfg, settings):
+    """The trainer's advantage computation for this checkout: `advantages.advantage_parts` and the
+    metrics that read its parts, or, in code before that existed, the registered estimator and
+    `signal_metrics` recomputing each feature's effect."""
+    import numpy as np
+
+    from xrpo_verl import advantages as adv_lib
+    from xrpo_verl.verl_adapters import step_metrics as M
+
+    if hasattr(adv_lib, "advantage_parts"):
+
+        def step(view, novelty, gate):
+            p = adv_lib.advantage_parts(
+                view.scores,
+                view.uids,
+                correct=view.correct,
+                seq_logp_mean=view.seq_logp_mean,
+                novelty=novelty,
+                gate=gate,
+                norm_by_std=settings.norm_adv_by_std,
+                **settings.feature_configs(),
+            )
+            adv_lib.token_advantages(p.advantages, view.mask, view.rm_scores.dtype)
+            M.signal_metrics(view, p)
+
+        return step
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
+
+    def step(view, novelty, gate):
+        inputs = XrpoAdvantageInputs(seq_logp_mean=view.seq_logp_mean, correct=view.correct, novelty=novelty, gate=gate)
+        get_adv_estimator_fn("xrpo_extra")(
+            token_level_rewards=view.rm_scores,
+            response_mask=view.mask,
+            index=np.array(view.uids, dtype=object),
+            config=cfg.algorithm,
+            xrpo_inputs=inputs,
+        )
+        M.signal_metrics(view, inputs, cfg.algorithm, settings)
+
+    return step
+
+
 def polls_over(seconds: float) -> int:
     """Polls the trainer's wait makes over a wait of `seconds` (trajectories.poll_delay)."""
     from xrpo_verl.verl_adapters.trajectories import poll_delay
@@ -246,7 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     from transformers import AutoTokenizer
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     from xrpo_verl import icl as icl_lib
     from xrpo_verl import planner
@@ -254,7 +297,6 @@ def main(argv: list[str] | None = None) -> int:
     from xrpo_verl.verl_adapters import step_metrics as M
     from xrpo_verl.verl_adapters.advantage_inputs import novelty_scores
     from xrpo_verl.verl_adapters.config import validate_trainer_config
-    from xrpo_verl.verl_adapters.estimators import XrpoAdvantageInputs
     from xrpo_verl.verl_adapters.prefixes import queue_prefixes
     from xrpo_verl.verl_adapters.state import PluginState
 
@@ -276,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         decode_many = batch_decoder(tokenizer)
     except ImportError:
         decode_many = None
+    import inspect
+
+    from xrpo_verl.verl_adapters.advantage_inputs import variance_gate
+
+    has_many = "decode_many" in inspect.signature(novelty_scores).parameters
+    decode_many_kwargs = {"decode_many": decode_many} if has_many and decode_many is not None else {}
+    advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
     per_step: list[dict] = []
@@ -319,8 +368,6 @@ def main(argv: list[str] | None = None) -> int:
         listing_s = tq_probe.time_listing(set(uids))
         waits = [args.gen_seconds / 2, args.gen_seconds / 2] if p.schedule == "phased" else [args.gen_seconds]
         polls = sum(polls_over(w) for w in waits)
-        if p.schedule == "streaming":  # a listing per poll, and one more per prompt whose round was decided
-            polls += b  # outside the poll's finished set (`ledger.outcomes([uid])`)
         parts["tq_listing"] += polls * listing_s
         tq_probe.clear()
         # --- assemble the step's rows in group order
@@ -359,23 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         ]
         state.corpus.add_many(examples)
         parts["icl"] += time.perf_counter() - tic
-        # --- advantages: novelty, the estimator, its metrics
+        # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
         tic = time.perf_counter()
-        novelty, _ = novelty_scores(view, state.novelty, encoder.encode, decode, settings.extra.novelty)
-        from xrpo_verl.verl_adapters.advantage_inputs import variance_gate
-
+        novelty, _ = novelty_scores(
+            view, state.novelty, encoder.encode, decode, settings.extra.novelty, **decode_many_kwargs
+        )
         gate = variance_gate(view, state.reward_var)
         parts["novelty"] += time.perf_counter() - tic
         tic = time.perf_counter()
-        inputs = XrpoAdvantageInputs(seq_logp_mean=view.seq_logp_mean, correct=view.correct, novelty=novelty, gate=gate)
-        get_adv_estimator_fn("xrpo_extra")(
-            token_level_rewards=view.rm_scores,
-            response_mask=view.mask,
-            index=np.array(view.uids, dtype=object),
-            config=cfg.algorithm,
-            xrpo_inputs=inputs,
-        )
-        M.signal_metrics(view, inputs, cfg.algorithm, settings)
+        advantage_step(view, novelty, gate)
         M.group_signal_metrics(view)
         parts["advantage"] += time.perf_counter() - tic
         if state.prompt_selector is not None:

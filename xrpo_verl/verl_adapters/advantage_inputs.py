@@ -27,6 +27,7 @@ def novelty_scores(
     encode: Callable[[list[str]], np.ndarray],
     decode: Callable[[list[int]], str],
     cfg: NoveltyBonusConfig,
+    decode_many: Callable[[list[list[int]]], list[str]] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """r_int per row (B,) float32, ungated (the estimators gate by correctness), and its metrics.
 
@@ -37,7 +38,8 @@ def novelty_scores(
     novelty = torch.zeros(len(view.uids), dtype=torch.float32)
     if idx.size == 0:  # nothing scored: the step metrics' zeros stand (`step_metrics.signal_metrics`)
         return novelty, {}
-    tails = [decode(view.responses[i][-cfg.tail_tokens :].tolist()) for i in idx]
+    ids = [view.responses[i][-cfg.tail_tokens :].tolist() for i in idx]
+    tails = decode_many(ids) if decode_many is not None else [decode(t) for t in ids]  # one batched call
     emb = encode(tails)
     keys = [view.keys[i] for i in idx]
     raw = memory.score_then_update(keys, emb)

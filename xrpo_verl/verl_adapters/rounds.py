@@ -224,17 +224,23 @@ class StepRollouts:
         icl = self._icl_log()
         pending = set(uids) | guided_uids  # groups with rollouts in flight
         back_s = [0.0] * (p.rounds + 1)  # when the last rollout of round r came back
-        t0 = progress = deadline = time.monotonic()  # progress: when a group last came back
-        deadline += T.ROUND_TIMEOUT_S
+        # one listing a poll serves everything the poll decides, every prompt of the step included;
+        # polls come at a share of the wait's length (so a long GPU generation is listed seldom), and
+        # the deadline is a stall's: no group back for XRPO_ROUND_TIMEOUT_S, not the whole generation
+        t0 = progress = time.monotonic()  # progress: when a group last came back
+        listed = set(uids) | guided_uids
         with marked_timer("xrpo_streaming", self.timing):
             while pending:
-                seen = T.listing(pending)
+                seen = T.listing(listed | pending)
                 in_flight.sample(seen)
                 done = T.terminal(pending, seen)
                 if not done:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{len(pending)} prompt groups did not finish (XRPO_ROUND_TIMEOUT_S)")
-                    time.sleep(T.poll_delay(time.monotonic() - progress))
+                    if time.monotonic() > progress + T.ROUND_TIMEOUT_S:
+                        raise RuntimeError(
+                            f"{len(pending)} prompt groups made no progress for {T.ROUND_TIMEOUT_S:.0f}s "
+                            "(XRPO_ROUND_TIMEOUT_S); an agent loop is stuck"
+                        )
+                    time.sleep(T.poll_delay(time.monotonic() - t0))
                     continue
                 progress = time.monotonic()
                 tic = time.perf_counter()
@@ -246,7 +252,7 @@ class StepRollouts:
                         continue
                     back_s[int(plan.round_of[q])] = time.monotonic() - t0  # the round just back
                     for q2, k in plan.back(q, [o.reward for o in outcomes[u]]).items():
-                        known = outcomes.get(uids[q2]) or ledger.outcomes([uids[q2]])[uids[q2]]
+                        known = outcomes.get(uids[q2]) or ledger.outcomes([uids[q2]], seen)[uids[q2]]
                         submit.append(self._round_row(base[q2], k, known, ledger, icl, default_agent))
                 self.plugin_s += time.perf_counter() - tic
                 if submit:
