@@ -228,18 +228,10 @@ def advantage_pass(cfg, settings):
     from xrpo_verl.verl_adapters import step_metrics as M
 
     if hasattr(adv_lib, "advantage_parts"):
+        from xrpo_verl.verl_adapters.advantage_inputs import view_advantage_parts
 
         def step(view, novelty, gate):
-            p = adv_lib.advantage_parts(
-                view.scores,
-                view.uids,
-                correct=view.correct,
-                seq_logp_mean=view.seq_logp_mean,
-                novelty=novelty,
-                gate=gate,
-                norm_by_std=settings.norm_adv_by_std,
-                **settings.feature_configs(),
-            )
+            p = view_advantage_parts(view, novelty, gate, settings)
             adv_lib.token_advantages(p.advantages, view.mask, view.rm_scores.dtype)
             M.signal_metrics(view, p)
 

@@ -83,3 +83,20 @@ def rollout_correction(rc_cfg, old_log_probs, rollout_log_probs, mask):
     )
     w = weights.batch["rollout_is_weights"] if weights is not None else None
     return w, new_mask.to(mask.dtype), rc_metrics
+
+
+def view_advantage_parts(view: BatchView, novelty: torch.Tensor, gate: torch.Tensor | None, settings):
+    """`advantages.advantage_parts` of the step's batch view under the parsed settings (the trainer's
+    one pass; `PluginSettings.feature_configs` says which parts are on)."""
+    from xrpo_verl import advantages as adv_lib
+
+    return adv_lib.advantage_parts(
+        view.scores,
+        view.uids,
+        correct=view.correct,
+        seq_logp_mean=view.seq_logp_mean,
+        novelty=novelty,
+        gate=gate,
+        norm_by_std=settings.norm_adv_by_std,
+        **settings.feature_configs(),
+    )

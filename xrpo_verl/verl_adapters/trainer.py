@@ -41,7 +41,12 @@ from xrpo_verl.rewards.sandbox_metrics import step_metrics as reward_step_metric
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters import step_metrics as M
 from xrpo_verl.verl_adapters import trajectories as T
-from xrpo_verl.verl_adapters.advantage_inputs import novelty_scores, rollout_correction, variance_gate
+from xrpo_verl.verl_adapters.advantage_inputs import (
+    novelty_scores,
+    rollout_correction,
+    variance_gate,
+    view_advantage_parts,
+)
 from xrpo_verl.verl_adapters.agent_loops import select_agent_loop_manager
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.config import TRAINER_MODE, validate_trainer_config
@@ -176,16 +181,7 @@ class XrpoTrainer(PPOTrainerSync):
             )
             if s.extra.novelty.placement == "before_norm":
                 gate = variance_gate(view, self.xrpo_state.reward_var)
-        parts = adv_lib.advantage_parts(
-            view.scores,
-            view.uids,
-            correct=view.correct,
-            seq_logp_mean=view.seq_logp_mean,
-            novelty=novelty,
-            gate=gate,
-            norm_by_std=s.norm_adv_by_std,
-            **s.feature_configs(),
-        )
+        parts = view_advantage_parts(view, novelty, gate, s)
         adv = adv_lib.token_advantages(parts.advantages, view.mask, view.rm_scores.dtype)
         out["advantages"], out["returns"] = adv, adv
         nested = {k: response_to_nested(v, data["response_mask"]) for k, v in out.items()}
