@@ -17,6 +17,8 @@ def test_a_prompt_seen_mixed_beats_an_unseen_one_which_beats_one_seen_all_fail()
     keys = ["fail", "new", "mixed"]
     assert sel.choose(keys, 1, step=2, n=8, rng=rng).tolist() == [2]
     assert sel.choose(keys, 2, step=2, n=8, rng=rng).tolist() == [1, 2]
+    given = sel.scores(keys, step=2, n=8)  # the trainer scores once and passes them in
+    assert sel.choose(keys, 2, step=2, n=8, rng=rng, score=given).tolist() == [1, 2]
     # long after, the all-fail record has decayed and "fail" ranks with an unseen prompt again
     late = sel.scores(keys, step=400, n=8)
     assert late[0] == pytest.approx(late[1], abs=1e-4)

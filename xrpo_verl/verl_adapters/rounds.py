@@ -121,7 +121,7 @@ class StepRollouts:
         rng = np.random.default_rng([self.seed, int(self.step)])
         seen_before = np.array([k in selector.slots for k in keys])
         score = selector.scores(keys, self.step, n)
-        chosen = selector.choose(keys, b, self.step, n, rng)
+        chosen = selector.choose(keys, b, self.step, n, rng, score=score)
         self.plugin_s += time.perf_counter() - tic
         rows = [candidates[i] for i in chosen]
         return rows, scalars, M.selection_metrics(score, chosen, seen_before, len(selector))

@@ -46,15 +46,23 @@ class PromptSelector:
         """I_q(n) of each key at `step` (an unseen prompt scores the prior's)."""
         return self.history.score(self._slots(keys), step, n)
 
-    def choose(self, keys: Sequence[str], keep: int, step: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    def choose(
+        self,
+        keys: Sequence[str],
+        keep: int,
+        step: int,
+        n: int,
+        rng: np.random.Generator,
+        score: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Row indices (into `keys`, sorted) of the `keep` candidates with the largest I_q(n).
 
         A prompt that appears twice among the candidates (the sampler crossed an epoch) is kept at most
-        once while other candidates remain.
+        once while other candidates remain. `score`: `scores(keys, step, n)`, where the caller has it.
         """
         if keep > len(keys):
             raise ValueError(f"cannot keep {keep} of {len(keys)} candidate prompts")
-        score = self.scores(keys, step, n)
+        score = self.scores(keys, step, n) if score is None else np.asarray(score, dtype=np.float64)
         first = np.zeros(len(keys), dtype=bool)
         first[np.unique(np.asarray(keys, dtype=object), return_index=True)[1]] = True
         # a repeated prompt ranks below every first occurrence
