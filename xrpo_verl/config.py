@@ -152,10 +152,11 @@ class PlannerConfig(Config):
     smoothed_std: bool = option(
         False, "Replace s_q by sqrt(p(1-p)), p = (sum r + 0.5)/(n+1), so all-fail != all-pass. Not from the paper. [I]"
     )
-    schedule: Literal["phased", "streaming"] = option(
-        "phased",
+    schedule: Literal["auto", "phased", "streaming"] = option(
+        "auto",
         "phased: each round waits for every rollout of the last (the paper); streaming: a prompt's next round "
-        "is decided once its own rollouts are back, for engines with continuous batching (vLLM, SGLang). [I]",
+        "is decided once its own rollouts are back, for engines with continuous batching; auto: streaming on "
+        "rollout.name vllm or sglang, phased otherwise (hf), said in one log line at start-up. [I]",
     )
     selection: Literal["batch", "history", "pilot_commit"] = option(
         "batch",

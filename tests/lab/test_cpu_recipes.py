@@ -77,3 +77,14 @@ def test_pilot_commit_is_grpo_in_the_xrpo_trainer_with_its_pilot_of_one_in_four(
     p = cfg.algorithm.xrpo.planner
     assert (p.selection, p.pilot_rollouts, p.pilot_lower, p.pilot_upper) == ("pilot_commit", 2, 0.25, 0.25)
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.v1.trainer_mode == "xrpo"
+
+
+def test_the_cpu_recipes_keep_the_phased_schedule_of_their_records():
+    from omegaconf import OmegaConf
+
+    from xrpo_verl.verl_adapters.config import validate_trainer_config
+
+    cfg = launch.compose_recipe("xrpo")
+    for engine in ("hf", "vllm"):
+        OmegaConf.update(cfg, "actor_rollout_ref.rollout.name", engine)
+        assert validate_trainer_config(cfg, check_embedder=False).xrpo.planner.schedule == "phased"

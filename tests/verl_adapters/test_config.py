@@ -67,6 +67,23 @@ def test_icl_runs_with_uniform_allocation(compose_cfg):
 
 
 @pytest.mark.parametrize(
+    "engine, asked, runs",
+    [
+        ("vllm", "auto", "streaming"),
+        ("sglang", "auto", "streaming"),
+        ("hf", "auto", "phased"),
+        ("vllm", "phased", "phased"),
+        ("hf", "streaming", "streaming"),
+    ],
+)
+def test_the_default_schedule_streams_on_continuous_batching_engines(compose_cfg, engine, asked, runs):
+    """The yaml's default is auto; what the rounds read is the schedule it resolves to."""
+    assert compose_cfg().algorithm.xrpo.planner.schedule == "auto"
+    cfg = compose_cfg(f"actor_rollout_ref.rollout.name={engine}", f"algorithm.xrpo.planner.schedule={asked}")
+    assert validate_trainer_config(cfg, check_embedder=False).xrpo.planner.schedule == runs
+
+
+@pytest.mark.parametrize(
     "overrides, match",
     [
         (["algorithm.adv_estimator=gae"], "does not support algorithm.adv_estimator='gae'"),

@@ -9,9 +9,10 @@ multi-round step cannot honour.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -31,6 +32,10 @@ ESTIMATOR_FEATURES: dict[str, frozenset[str]] = {
     "xrpo_extra": frozenset({"sharpening", "novelty"}),
 }
 PLUGIN_ESTIMATORS = frozenset(ESTIMATOR_FEATURES) - {"grpo"}
+# Engines that batch continuously: a prompt's next round can start while others still generate.
+CONTINUOUS_BATCHING_ENGINES = frozenset({"vllm", "sglang"})
+
+logger = logging.getLogger(__name__)
 
 
 def _plain(node: Any) -> dict:
@@ -258,6 +263,25 @@ def _check_verl_options(config: DictConfig, s: PluginSettings) -> None:
         )
 
 
+def resolve_schedule(schedule: str, rollout_name: str) -> str:
+    """planner.schedule=auto: streaming where the engine batches continuously, the paper's phased elsewhere."""
+    if schedule != "auto":
+        return schedule
+    return "streaming" if rollout_name in CONTINUOUS_BATCHING_ENGINES else "phased"
+
+
+def _with_resolved_schedule(xrpo: XRPOConfig, rollout_name: str) -> XRPOConfig:
+    planner = xrpo.planner
+    schedule = resolve_schedule(planner.schedule, rollout_name)
+    if planner.schedule == "auto" and planner.enable:
+        logger.warning(
+            "algorithm.xrpo.planner.schedule=auto: %s on actor_rollout_ref.rollout.name=%s; set it to choose",
+            schedule,
+            rollout_name,
+        )
+    return replace(xrpo, planner=replace(planner, schedule=schedule))
+
+
 def validate_trainer_config(
     config: DictConfig, *, check_embedder: bool = True, check_device: bool = True
 ) -> PluginSettings:
@@ -273,6 +297,8 @@ def validate_trainer_config(
     _check_feature_flags(adv_estimator, xrpo, extra)
     rollout_n = int(config.actor_rollout_ref.rollout.n)
     _check_budget(xrpo, rollout_n)
+    engine = OmegaConf.select(config, "actor_rollout_ref.rollout.name", default=None, throw_on_missing=False)
+    xrpo = _with_resolved_schedule(xrpo, str(engine))
     settings = PluginSettings(
         xrpo=xrpo,
         extra=extra,
