@@ -30,6 +30,10 @@ FREE_FORM_PREFIXES = (
     "actor_rollout_ref.model.override_config.",  # HF config overrides
     "ray_kwargs.ray_init.",  # ray.init(**kwargs)
 )
+# Switches our code reads from its process environment. A Ray cluster started with `ray start` does
+# not give its workers the launching shell's environment, so those set here travel in the job's
+# runtime_env to every Ray process (the TaskRunner, the workers, the reward loop).
+RAY_ENV_SWITCHES = ("XRPO_ROUND_TIMEOUT_S", "XRPO_MICRO_BATCHES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def recipe_path(name: str) -> Path:
@@ -88,7 +92,7 @@ def resolve(recipe: str, model: str, extra: list[str] = (), environ: dict[str, s
         raise ValueError(f"recipe {recipe!r} sets no config_name; one of {list(recipe_files.CONFIG_NAMES)}")
     if not hardware:
         raise ValueError(f"model file {model}.yaml must state its hardware")
-    overrides = [substitute(o, env, where) for where, o in raw] + list(extra)
+    overrides = [substitute(o, env, where) for where, o in raw] + runtime_env_overrides(environ) + list(extra)
     for o in overrides:
         check_override(o)
     return {
@@ -100,6 +104,18 @@ def resolve(recipe: str, model: str, extra: list[str] = (), environ: dict[str, s
         "hardware": substitute(hardware, env, f"{model}.yaml"),
         "env": env,
     }
+
+
+def runtime_env_overrides(environ: dict[str, str]) -> list[str]:
+    """`+ray_kwargs.ray_init.runtime_env.env_vars.K='V'` for each of RAY_ENV_SWITCHES set in `environ`."""
+    out = []
+    for key in RAY_ENV_SWITCHES:
+        if key in environ:
+            value = environ[key]
+            if "'" in value or "\\" in value:
+                raise ValueError(f"{key}={value!r}: quotes and backslashes cannot travel in a Hydra override")
+            out.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}='{value}'")  # quoted: Ray wants str
+    return out
 
 
 def check_override(override: str) -> None:

@@ -143,7 +143,8 @@ def test_placeholders_come_from_the_environment_and_unknown_ones_fail(tmp_path):
     assert "data.train_files=/d/dapo_math_17k.parquet" in resolved["overrides"]
     assert "trainer.total_training_steps=7" in resolved["overrides"]
     default = launch.resolve("math/grpo", "llama3.2_3b", environ={"HOME": "/h"})["overrides"]
-    assert "data.train_files=/h/data/xrpo/llama/dapo_math_17k.parquet" in default  # nested default
+    # nested default; HOME is left to OmegaConf, resolved by the process that reads the path
+    assert "data.train_files=${oc.env:HOME}/data/xrpo/llama/dapo_math_17k.parquet" in default
     with pytest.raises(ValueError, match=r"placeholder \$\{NOPE\} has no value"):
         launch.substitute("x=${NOPE}", {}, "test")
     assert launch.substitute("x=${oc.env:HOME}", {}, "test") == "x=${oc.env:HOME}"  # OmegaConf's, left alone
@@ -199,3 +200,22 @@ def test_a_launch_stops_in_one_line_when_the_sandbox_service_is_down(capsys, mon
     assert launch.main(["code/grpo"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and dead in err and "recipes/code/start_sandbox.sh" in err
+
+
+def test_our_switches_reach_every_ray_process_and_paths_resolve_where_read(monkeypatch):
+    """A cluster started with `ray start` does not pass the launching shell's environment to its workers:
+    the switches travel in the job's runtime_env, merged as verl's main_ppo merges it."""
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    environ = {"HOME": "/launch/home", "XRPO_ROUND_TIMEOUT_S": "900", "HF_HUB_OFFLINE": "1"}
+    cfg = launch.compose(launch.resolve("math/xrpo", "qwen3_1.7b", environ=environ))
+    env_vars = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env).env_vars
+    assert env_vars.XRPO_ROUND_TIMEOUT_S == "900" and env_vars.HF_HUB_OFFLINE == "1"
+    assert "TRANSFORMERS_OFFLINE" not in env_vars  # only what the launching shell set
+    monkeypatch.setenv("HOME", "/trainer/home")  # the TaskRunner's node
+    assert (
+        OmegaConf.to_container(cfg.data, resolve=True)["train_files"] == "/trainer/home/data/xrpo/dapo_math_17k.parquet"
+    )
+    with pytest.raises(ValueError, match="cannot travel"):
+        launch.runtime_env_overrides({"XRPO_ROUND_TIMEOUT_S": "9'0"})
