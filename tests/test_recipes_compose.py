@@ -219,3 +219,26 @@ def test_our_switches_reach_every_ray_process_and_paths_resolve_where_read(monke
     )
     with pytest.raises(ValueError, match="cannot travel"):
         launch.runtime_env_overrides({"XRPO_ROUND_TIMEOUT_S": "9'0"})
+
+
+def test_gpu_smoke_modes_compose_with_what_the_gpu_recipes_use(tmp_path):
+    """scripts/gpu_smoke.sh needs a GPU; its commands (DRY_RUN=1) compose and pass the start-up checks here."""
+    import shlex
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DRY_RUN": "1", "MODEL": "/models/tiny", "OUT": str(tmp_path), "PY": sys.executable}
+    script = launch.RECIPE_ROOT.parent / "scripts" / "gpu_smoke.sh"
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=300, check=True)
+    commands = [shlex.split(line) for line in out.stdout.splitlines() if "verl.trainer.main_ppo" in line]
+    assert len(commands) == 6, out.stdout + out.stderr
+    for argv in commands:
+        args = argv[argv.index("verl.trainer.main_ppo") + 1 :]
+        config_dir, config_name = args[args.index("--config-path") + 1], args[args.index("--config-name") + 1]
+        cfg = launch.compose({"config_dir": config_dir, "config_name": config_name, "overrides": args[4:]})
+        launch.validate(cfg)
+        assert cfg.reward.reward_manager.name == "xrpo" and list(cfg.reward.reward_kwargs.math_sources) == [
+            "xrpo_arith"
+        ]
+        assert cfg.actor_rollout_ref.model.use_remove_padding and cfg.actor_rollout_ref.actor.use_dynamic_bsz
+        assert cfg.algorithm.xrpo.embedder.device == cfg.algorithm.extra.embedder.device == "cuda"
