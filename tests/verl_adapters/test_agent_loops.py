@@ -141,3 +141,28 @@ def test_worker_takes_over_every_method_of_verls_tq_worker():
     assert own == set(al.TQ_WORKER_METHODS)
     for name in al.TQ_WORKER_METHODS:
         assert getattr(al.XrpoAgentLoopWorker, name) is getattr(tq_cls, name)
+
+
+def test_small_submissions_go_round_the_workers_not_to_the_first_ones(monkeypatch):
+    """Three polls of 3, 2 and 8 prompts over 4 workers: each starts where the last ended (verl's
+    manager would give workers 0 and 1 a chunk every poll and worker 3 one only in the last)."""
+    import torch
+    from tensordict import TensorDict
+
+    class Worker:
+        def __init__(self):
+            self.rows = []
+            self.generate_sequences = self
+
+        def remote(self, chunk):
+            self.rows.append(len(chunk))
+
+    monkeypatch.setattr(al.ray, "get", lambda refs: refs)  # the workers are local here
+    manager = object.__new__(al.XrpoAgentLoopManager)
+    manager.agent_loop_workers, manager._next_worker = [Worker() for _ in range(4)], 0
+    for rows in (3, 2, 8):
+        manager.generate_sequences(TensorDict({"x": torch.zeros(rows)}, batch_size=[rows]))
+    assert [w.rows for w in manager.agent_loop_workers] == [[1, 1, 2], [1, 2], [1, 2], [1, 2]]
+    assert al.spread(2, 4, 3) == ([3, 0], 1)
+    with pytest.raises(ValueError, match="5 chunks for 4 workers"):
+        al.spread(5, 4, 0)

@@ -145,12 +145,31 @@ class XrpoAgentLoopWorker(AgentLoopWorker):
         return await super()._run_agent_loop(sampling_params, trajectory, agent_name=agent_name, trace=trace, **kwargs)
 
 
+def spread(n_chunks: int, n_workers: int, start: int) -> tuple[list[int], int]:
+    """Workers for the chunks of one submission, from `start` round the ring; and the next start.
+
+    verl's manager gives chunk i of a submission to worker i, so the rounds' small submissions (a few
+    prompts a poll) would all land on the first workers.
+    """
+    if not 0 <= n_chunks <= n_workers:
+        raise ValueError(f"{n_chunks} chunks for {n_workers} workers")
+    return [(start + i) % n_workers for i in range(n_chunks)], (start + n_chunks) % n_workers
+
+
 class XrpoAgentLoopManager(AgentLoopManagerTQ):
-    """`AgentLoopManagerTQ` that starts `XrpoAgentLoopWorker`s (selected by trainer mode `xrpo`)."""
+    """`AgentLoopManagerTQ` that starts `XrpoAgentLoopWorker`s (selected by trainer mode `xrpo`) and
+    spreads each submission's chunks over them from where the last one ended (`spread`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.agent_loop_workers_class = ray.remote(XrpoAgentLoopWorker)
+        self._next_worker = 0
+
+    def generate_sequences(self, prompts) -> None:
+        workers = self.agent_loop_workers
+        chunks = prompts.chunk(min(len(prompts), len(workers))) if len(prompts) else ()
+        order, self._next_worker = spread(len(chunks), len(workers), self._next_worker)
+        ray.get([workers[w].generate_sequences.remote(c) for w, c in zip(order, chunks, strict=True)])
 
 
 def select_agent_loop_manager(config) -> None:
