@@ -595,11 +595,22 @@ def current_module_paths(token: str) -> str:
     return token
 
 
+# The CPU recipes name the phased schedule since `auto` became the default (3633ef6); on the hf
+# engine, which every study run uses, auto resolves to phased, the default the earlier records ran.
+PHASED_ON_HF = ("algorithm.xrpo.planner.schedule=phased", "actor_rollout_ref.rollout.name=hf")
+
+
 def run_settings(command: list[str], run_dir: Path) -> list[str]:
     """A trainer command less what differs between the seeds of one method: the interpreter, the
-    run's own paths and the data order; the modules it names at their present paths."""
+    run's own paths and the data order; the modules it names at their present paths; the phased
+    schedule named on hf, where it was and is what the default runs."""
     own = f"{run_dir.parent.name}/{run_dir.name}/"
-    return [current_module_paths(t) for t in command[1:] if own not in t and not t.startswith("data.seed=")]
+    implied = {PHASED_ON_HF[0]} if PHASED_ON_HF[1] in command else set()
+    return [
+        current_module_paths(t)
+        for t in command[1:]
+        if own not in t and not t.startswith("data.seed=") and t not in implied
+    ]
 
 
 def check_command(run_dir: Path, command: list[str]) -> None:

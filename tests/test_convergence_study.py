@@ -225,3 +225,16 @@ def test_a_seed_joins_only_the_runs_of_its_own_configuration(tmp_path):
     with pytest.raises(SystemExit, match=r"differ: \['planner.rounds=1'\]"):
         study.check_command(xrpo / "seed3", command(xrpo / "seed3", "planner.rounds=2", "planner.rounds=1"))
     study.check_command(tmp_path / "new" / "seed0", command(tmp_path / "new" / "seed0", "planner.rounds=1"))
+    # the CPU recipes now name the phased schedule that the default ran on hf before `auto`
+    hf, phased = "actor_rollout_ref.rollout.name=hf", "algorithm.xrpo.planner.schedule=phased"
+    cpu = tmp_path / "xrpo_cpu"
+    _finished(cpu / "seed0", command(cpu / "seed0", "planner.rounds=2", "data.seed=0", hf))
+    study.check_command(cpu / "seed1", command(cpu / "seed1", "planner.rounds=2", phased, hf))
+    with pytest.raises(SystemExit, match="schedule=streaming"):
+        study.check_command(cpu / "seed1", command(cpu / "seed1", "planner.rounds=2", hf, "x.schedule=streaming"))
+    vllm = tmp_path / "xrpo_vllm"  # a vLLM record without a schedule ran phased before auto, streams after
+    _finished(vllm / "seed0", command(vllm / "seed0", "planner.rounds=2", "actor_rollout_ref.rollout.name=vllm"))
+    with pytest.raises(SystemExit, match="schedule=phased"):
+        study.check_command(
+            vllm / "seed1", command(vllm / "seed1", "planner.rounds=2", phased, "actor_rollout_ref.rollout.name=vllm")
+        )
