@@ -22,8 +22,9 @@ Stood in, and how (our choices, documented so other sizes can be judged):
 - the tokenizer is the premise testbed's (a real byte-level BPE fast tokenizer, 512 ids), so every
   decode costs what a real one does per token;
 - the encoder is a hashing stand-in (384-d unit vectors): its time is not the plugin's (MiniLM's
-  throughput is measured in RESULTS, "Per-step overhead"), so the rehearsal reports its input
-  volume instead (texts and characters a step);
+  throughput is measured in RESULTS, "Per-step overhead"), so the parts' clock leaves it out
+  (`encoder_standin_s` a step is reported apart) and the rehearsal reports its input volume
+  instead (texts and characters a step);
 - the engine's timeline: a step's generation lasts `--gen-seconds`; a group's completion time
   follows the planner simulation's engine (`planner_sim.EngineConfig`, scaled to that length), and
   the TransferQueue polls the trainer makes over it are counted on that virtual clock with the
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import resource
 import statistics
 import sys
@@ -62,15 +64,19 @@ class StandInEncoder:
     def __init__(self) -> None:
         self.texts = 0
         self.chars = 0
+        self.seconds = 0.0  # its own hashing: subtracted from the part that called it
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        tic = time.perf_counter()
         self.texts += len(texts)
         self.chars += sum(len(t) for t in texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
             rng = np.random.default_rng(abs(hash(t)) % (2**32))
             out[i] = rng.standard_normal(DIM)
-        return out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
+        out = out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
+        self.seconds += time.perf_counter() - tic
+        return out
 
 
 def rss_gb() -> float:
@@ -319,13 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
+    def clock() -> float:
+        """The driver's time less the stand-in encoder's: a part's time is the plugin's own."""
+        return time.perf_counter() - encoder.seconds
+
     per_step: list[dict] = []
     for step in range(1, args.steps + 1):
         parts: dict[str, float] = defaultdict(float)
-        texts0, chars0 = encoder.texts, encoder.chars
+        texts0, chars0, encoder_s0 = encoder.texts, encoder.chars, encoder.seconds
         b = args.prompts
         # --- which prompts
-        tic = time.perf_counter()
+        tic = clock()
         if state.prompt_selector is not None:
             cand = data.next(p.candidates * b)
             keys_c = [data.keys[q] for q in cand]
@@ -333,14 +343,14 @@ def main(argv: list[str] | None = None) -> int:
             qs = cand[chosen]
         else:
             qs = data.next(b)
-        parts["select"] += time.perf_counter() - tic
+        parts["select"] += clock() - tic
         keys = [data.keys[q] for q in qs]
         uids = [f"u{step}x{i}" for i in range(b)]
         rate = data.pass_rate(qs)
         # --- rounds: base, then the planner (the engine's outcomes are stood in)
         base_ids, base_ok = responses_for(rate, [p.n_base] * b, args, rng)
         groups = [base_ok[i * p.n_base : (i + 1) * p.n_base].astype(float) for i in range(b)]
-        tic = time.perf_counter()
+        tic = clock()
         if p.schedule == "phased":
             extra = planner.plan_round(groups, b * (p.n_avg - p.n_base), p).extra
         else:
@@ -352,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra[q2] += k
             for q in np.flatnonzero(plan.deferred):
                 extra[q] += int(plan.deferred[q])
-        parts["planner"] += time.perf_counter() - tic
+        parts["planner"] += clock() - tic
         more_ids, more_ok = responses_for(rate, extra, args, rng)
         # --- TransferQueue: the step's entries, a timed listing, the polls the trainer makes
         counts = [p.n_base + e for e in extra]
@@ -381,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         success = np.asarray(success)
         view = build_view(row_keys, row_uids, kinds, responses, success, rng)
         # --- ICL: all-fail prompts retrieve, successes enter the corpus
-        tic = time.perf_counter()
+        tic = clock()
         fail = [i for i in range(b) if not groups[i].any()]
         if fail and len(state.corpus):
             state.corpus.retrieve_many([keys[i] for i in fail], [data.texts[qs[i]] for i in fail], k=2)
@@ -397,25 +407,25 @@ def main(argv: list[str] | None = None) -> int:
             for k, r in firsts.items()
         ]
         state.corpus.add_many(examples)
-        parts["icl"] += time.perf_counter() - tic
+        parts["icl"] += clock() - tic
         # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
-        tic = time.perf_counter()
+        tic = clock()
         novelty, _ = novelty_scores(
             view, state.novelty, encoder.encode, decode, settings.extra.novelty, **decode_many_kwargs
         )
         gate = variance_gate(view, state.reward_var)
-        parts["novelty"] += time.perf_counter() - tic
-        tic = time.perf_counter()
+        parts["novelty"] += clock() - tic
+        tic = clock()
         advantage_step(view, novelty, gate)
         M.group_signal_metrics(view)
-        parts["advantage"] += time.perf_counter() - tic
+        parts["advantage"] += clock() - tic
         if state.prompt_selector is not None:
-            tic = time.perf_counter()
+            tic = clock()
             bare = [i for i, k in enumerate(kinds) if k in ("base", "round")]
             state.prompt_selector.record([row_keys[i] for i in bare], success[bare].tolist(), step)
-            parts["select"] += time.perf_counter() - tic
+            parts["select"] += clock() - tic
         # --- prefixes of hard prompts
-        tic = time.perf_counter()
+        tic = clock()
         rows = {u: {"reward_model": {"ground_truth": "0"}, "data_source": "rehearsal"} for u in uids}
         queue_prefixes(
             view,
@@ -428,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             max_prefix_len=int(settings.extra.prefix.max_prefix_frac * args.response_tokens),
             **({"decode_many": decode_many} if decode_many is not None else {}),
         )
-        parts["prefixes"] += time.perf_counter() - tic
+        parts["prefixes"] += clock() - tic
         # --- checkpoint
         save_s, state_mb = 0.0, None
         if step % args.save_every == 0 or step == args.steps:
@@ -451,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rss_gb": rss_gb(),
                 "encoder_texts": encoder.texts - texts0,
                 "encoder_chars": encoder.chars - chars0,
+                "encoder_standin_s": encoder.seconds - encoder_s0,
                 "state_save_s": save_s,
                 "state_mb": state_mb,
                 "rows": len(responses),
@@ -464,6 +475,12 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         del view
+    # what each component of the last state weighs, pickled alone
+    state_mb_by_component = {
+        name: len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) / 2**20
+        for name, v in state.state_dict()["components"].items()
+        if v is not None
+    }
     tic = time.perf_counter()
     restored = PluginState(settings, embedder_factory=lambda _cfg: encoder)
     restored.build_prompt_selector(args.dataset_prompts, args.prompts)
@@ -485,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss_gb_by_step": [round(s["rss_gb"], 3) for s in per_step],
         "state_mb": saves[-1]["state_mb"],
         "state_mb_by_save": [round(s["state_mb"], 2) for s in saves],
+        "state_mb_by_component": {k: round(v, 2) for k, v in state_mb_by_component.items()},
         "state_save_s": max(s["state_save_s"] for s in saves),
         "state_restore_s": restore_s,
         "tq_calls_per_step": statistics.median(s["tq_calls"] for s in per_step),
@@ -492,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "tq_listing_s_per_step": statistics.median(s["tq_listing_s"] * s["tq_calls"] for s in per_step),
         "encoder_texts_per_step": statistics.median(s["encoder_texts"] for s in per_step),
         "encoder_chars_per_step": statistics.median(s["encoder_chars"] for s in per_step),
+        "encoder_standin_s_p50": statistics.median(s["encoder_standin_s"] for s in per_step),
         "prefix_memory_prompts": len(state.prefix_memory),
         "novelty_memory_prompts": len(state.novelty),
         "per_step": per_step,
