@@ -310,18 +310,29 @@ def main(argv: list[str] | None = None) -> int:
     tq_probe = TqProbe()
     p = settings.xrpo.planner
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
-    try:  # the trainer's batched decode, where this checkout has it (a run of older code has not)
-        from xrpo_verl.verl_adapters.text import batch_decoder
-
-        decode_many = batch_decoder(tokenizer)
-    except ImportError:
-        decode_many = None
     import inspect
 
     from xrpo_verl.verl_adapters.advantage_inputs import variance_gate
 
-    has_many = "decode_many" in inspect.signature(novelty_scores).parameters
-    decode_many_kwargs = {"decode_many": decode_many} if has_many and decode_many is not None else {}
+    try:
+        from xrpo_verl.verl_adapters import text as text_lib
+    except ImportError:
+        text_lib = None
+
+    def batched_decode_kwargs(fn) -> dict:
+        """The trainer's batched decode as `fn` takes it in this checkout (a run of older code may
+        take the per-sequence one, or none)."""
+        params = inspect.signature(fn).parameters
+        if text_lib is None:
+            return {}
+        if "decode_spans" in params:
+            return {"decode_spans": text_lib.span_decoder(tokenizer)}
+        if "decode_many" in params and hasattr(text_lib, "batch_decoder"):
+            return {"decode_many": text_lib.batch_decoder(tokenizer)}
+        return {}
+
+    novelty_decode_kwargs = batched_decode_kwargs(novelty_scores)
+    prefix_decode_kwargs = batched_decode_kwargs(queue_prefixes)
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
@@ -411,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
         tic = clock()
         novelty, _ = novelty_scores(
-            view, state.novelty, encoder.encode, decode, settings.extra.novelty, **decode_many_kwargs
+            view, state.novelty, encoder.encode, decode, settings.extra.novelty, **novelty_decode_kwargs
         )
         gate = variance_gate(view, state.reward_var)
         parts["novelty"] += clock() - tic
@@ -436,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             end_ids=set(),
             decode=decode,
             max_prefix_len=int(settings.extra.prefix.max_prefix_frac * args.response_tokens),
-            **({"decode_many": decode_many} if decode_many is not None else {}),
+            **prefix_decode_kwargs,
         )
         parts["prefixes"] += clock() - tic
         # --- checkpoint

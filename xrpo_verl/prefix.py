@@ -129,10 +129,6 @@ class Candidate:
     def prefix_ids(self) -> tuple[int, ...]:
         return tuple(self.source[: self.length].tolist())
 
-    def tail(self, tokens: int) -> list[int]:
-        """The prefix's last `tokens` token ids."""
-        return self.source[max(0, self.length - tokens) : self.length].tolist()
-
 
 def group_candidates(
     responses: Sequence[Sequence[int]],
