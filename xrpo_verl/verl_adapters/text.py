@@ -94,34 +94,41 @@ class _ByteTable:
         return cls(pieces)
 
     def decode(self, sources: Sequence, spans: Sequence[Span]) -> list[str]:
-        # only the part of each source some span reads: [lo, hi)
-        lo: dict[int, int] = {}
-        hi: dict[int, int] = {}
-        for s, a, b in spans:
-            if not 0 <= a <= b <= len(sources[s]):
-                raise ValueError(f"span {(s, a, b)} is not within source {s} of {len(sources[s])} tokens")
-            if a < b:
-                lo[s], hi[s] = min(lo.get(s, a), a), max(hi.get(s, b), b)
-        if not lo:
-            return [""] * len(spans)
-        order = list(lo)
-        parts = [np.asarray(sources[s][lo[s] : hi[s]], dtype=np.int64).reshape(-1) for s in order]
-        ids = np.concatenate(parts)  # (N,) every read token once
-        if ids.size and ids.min() < 0:
+        if not len(spans):
+            return []
+        span = np.asarray(spans, dtype=np.int64).reshape(-1, 3)  # (S, 3) source, start, end
+        src, start, end = span.T
+        size = np.array([len(x) for x in sources], dtype=np.int64)  # (sources,)
+        bad = (src < 0) | (src >= len(sources))
+        bad |= (start < 0) | (start > end) | (end > size[np.where(bad, 0, src)])
+        if bad.any():
+            s, a, b = span[int(np.argmax(bad))].tolist()
+            raise ValueError(f"span {(s, a, b)} is not within source {s} of {len(sources[s])} tokens")
+        # only the part of each source some span reads, [lo, hi), each token once
+        read = start < end
+        lo = np.full(len(sources), np.iinfo(np.int64).max)
+        hi = np.zeros(len(sources), dtype=np.int64)
+        np.minimum.at(lo, src[read], start[read])
+        np.maximum.at(hi, src[read], end[read])
+        used = np.flatnonzero(hi > 0)
+        if used.size == 0:
+            return [""] * len(span)
+        parts = [np.asarray(sources[s][lo[s] : hi[s]], dtype=np.int64).reshape(-1) for s in used.tolist()]
+        first = np.zeros(len(sources), dtype=np.int64)  # source -> place of its token lo in `ids`
+        first[used] = np.cumsum([0] + [p.size for p in parts[:-1]])
+        ids = np.concatenate(parts)  # (N,)
+        if ids.min() < 0:
             raise ValueError(f"token ids must be >= 0, got {int(ids.min())}")
         ids = np.where(ids < self.unknown, ids, self.unknown)
         lengths = self.lengths[ids]
-        ends = np.cumsum(lengths)  # (N,) byte offset after each token
+        after = np.cumsum(lengths)  # (N,) byte offset after each token
         # byte k of the buffer is blob[start of its token + its place in the token]
-        gather = np.repeat(self.starts[ids] - (ends - lengths), lengths) + np.arange(int(ends[-1]))
+        index = np.int32 if int(after[-1]) < 2**31 else np.int64  # half the memory traffic of int64
+        shift = (self.starts[ids] - (after - lengths)).astype(index)
+        gather = np.repeat(shift, lengths) + np.arange(int(after[-1]), dtype=index)
         buf = self.blob[gather].tobytes()
-        offsets = np.concatenate([[0], ends]).tolist()  # (N + 1,) byte offset before each token
-        first = dict(zip(order, np.cumsum([0] + [p.size for p in parts[:-1]]).tolist()))  # source -> its first token
-        out = []
-        for s, a, b in spans:
-            if a >= b:
-                out.append("")
-                continue
-            k = first[s] - lo[s]
-            out.append(buf[offsets[k + a] : offsets[k + b]].decode("utf-8", errors="replace"))
-        return out
+        before = np.concatenate([[0], after])  # (N + 1,) byte offset before each token
+        token = np.where(read, first[src] - lo[np.where(read, src, 0)], 0)  # span's token 0 in `ids`
+        byte_from = before[np.where(read, token + start, 0)].tolist()  # an empty span reads [0, 0)
+        byte_to = before[np.where(read, token + end, 0)].tolist()
+        return [buf[x:y].decode("utf-8", errors="replace") for x, y in zip(byte_from, byte_to)]
