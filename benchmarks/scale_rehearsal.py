@@ -48,6 +48,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -59,7 +60,7 @@ DIM = 384  # MiniLM's
 
 
 class StandInEncoder:
-    """Unit vectors from a text's hash (deterministic); counts what it was asked to encode."""
+    """Unit vectors from a text's checksum (deterministic); counts what it was asked to encode."""
 
     def __init__(self) -> None:
         self.texts = 0
@@ -72,7 +73,7 @@ class StandInEncoder:
         self.chars += sum(len(t) for t in texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
-            rng = np.random.default_rng(abs(hash(t)) % (2**32))
+            rng = np.random.default_rng(zlib.crc32(t.encode()))  # not hash(): the same in every process
             out[i] = rng.standard_normal(DIM)
         out = out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
         self.seconds += time.perf_counter() - tic
@@ -286,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the summary here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    torch.manual_seed(args.seed)  # the token entropies (`build_view`)
 
     from transformers import AutoTokenizer
 
