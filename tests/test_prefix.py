@@ -218,9 +218,9 @@ def test_prefix_memory_shares_a_responses_tokens_and_keeps_sharing_through_a_che
     m.add_group("q", [response], [(0, 100, 0.3), (0, 500, 0.2), (0, 900, 0.1)], emb)
     assert [len(e.prefix_ids) for e in m.entries("q")] == [100, 500, 900]
     assert m.entries("q")[1].prefix_ids == response[:500]
-    # one 3-byte copy of the response up to its longest kept prefix; per entry its source, b and MTE
-    # (8 bytes each) and a float16 embedding
-    assert m.nbytes() == 900 * 3 + 3 * (3 * 8 + 4 * 2)
+    # one 3-byte copy of the response up to its longest kept prefix; per entry its source and b (int32),
+    # MTE (float64) and a float16 embedding
+    assert m.nbytes() == 900 * 3 + 3 * (4 + 4 + 8 + 4 * 2)
     m2 = PrefixMemory()
     m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
     assert m2.nbytes() == m.nbytes()
@@ -234,7 +234,7 @@ def test_a_response_leaves_the_memory_with_its_last_prefix():
     m.add_group("q", [[1, 2, 3]], [(0, 1, 0.5), (0, 2, 0.4)], np.eye(2))
     m.add_group("q", [[7, 8]], [(0, 1, 0.3), (0, 2, 0.2)], np.eye(2))
     assert [e.prefix_ids for e in m.entries("q")] == [[7], [7, 8]]
-    assert m.nbytes() == 2 * 3 + 2 * (3 * 8 + 2 * 2)  # [1, 2, 3] is gone
+    assert m.nbytes() == 2 * 3 + 2 * (4 + 4 + 8 + 2 * 2)  # [1, 2, 3] is gone
 
 
 def test_prefix_memory_bounds_its_prompts_least_recently_hard_first():

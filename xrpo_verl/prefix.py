@@ -218,8 +218,8 @@ class _PromptPrefixes:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.sids = np.zeros(0, dtype=np.int64)  # (N,) source of each entry
-        self.lengths = np.zeros(0, dtype=np.int64)  # (N,) b
+        self.sids = np.zeros(0, dtype=np.int32)  # (N,) source of each entry
+        self.lengths = np.zeros(0, dtype=np.int32)  # (N,) b
         self.scores = np.zeros(0, dtype=np.float64)  # (N,) MTE(p_b)
         self.emb = np.zeros((0, 0), dtype=np.float16)  # (N, d) as given, float16
         self.sources: dict[int, np.ndarray] = {}  # source id -> packed token ids
@@ -241,8 +241,8 @@ class _PromptPrefixes:
         if len(self):
             emb = np.concatenate([self.emb, emb])
         keep = slice(-self.capacity, None)
-        self.sids = np.concatenate([self.sids, sids]).astype(np.int64)[keep]
-        self.lengths = np.concatenate([self.lengths, lengths]).astype(np.int64)[keep]
+        self.sids = np.concatenate([self.sids, sids]).astype(np.int32)[keep]
+        self.lengths = np.concatenate([self.lengths, lengths]).astype(np.int32)[keep]
         self.scores = np.concatenate([self.scores, scores]).astype(np.float64)[keep]
         self.emb = emb[keep].copy()
         live = set(self.sids.tolist())
@@ -327,7 +327,7 @@ class PrefixMemory:
         mem = self._mem.get(prompt_id)
         if mem is None or not len(mem):
             return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 0), dtype=np.float32)
-        return mem.lengths.copy(), mem.scores.copy(), mem.embeddings()
+        return mem.lengths.astype(np.int64), mem.scores.copy(), mem.embeddings()
 
     def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
         """Append a prefix (relative to the original prompt), evicting the oldest when full.
@@ -416,14 +416,14 @@ class PrefixMemory:
             mem.sources = {int(sid): _pack_ids(_unpack_ids(np.asarray(a))) for sid, a in saved["sources"].items()}
             if "entries" in saved:  # written before the array layout: one (source, b, MTE, embedding) tuple each
                 rows = list(saved["entries"])
-                mem.sids = np.array([int(r[0]) for r in rows], dtype=np.int64)
-                mem.lengths = np.array([int(r[1]) for r in rows], dtype=np.int64)
+                mem.sids = np.array([int(r[0]) for r in rows], dtype=np.int32)
+                mem.lengths = np.array([int(r[1]) for r in rows], dtype=np.int32)
                 mem.scores = np.array([float(r[2]) for r in rows], dtype=np.float64)
                 dim = len(rows[0][3]) if rows else 0
                 mem.emb = np.array([np.asarray(r[3]) for r in rows], dtype=np.float16).reshape(len(rows), dim)
             else:
-                mem.sids = np.asarray(saved["sids"], dtype=np.int64)
-                mem.lengths = np.asarray(saved["lengths"], dtype=np.int64)
+                mem.sids = np.asarray(saved["sids"], dtype=np.int32)
+                mem.lengths = np.asarray(saved["lengths"], dtype=np.int32)
                 mem.scores = np.asarray(saved["scores"], dtype=np.float64)
                 mem.emb = np.asarray(saved["embeddings"], dtype=np.float16)
             mem.next_source = int(saved["next_source"])

@@ -39,7 +39,7 @@ def novelty_scores(
     novelty = torch.zeros(len(view.uids), dtype=torch.float32)
     if idx.size == 0:  # nothing scored: the step metrics' zeros stand (`step_metrics.signal_metrics`)
         return novelty, {}
-    responses = [view.responses[i] for i in idx]
+    responses = [view.responses[i].numpy() for i in idx]  # views: numpy's len and slices cost ~nothing
     spans = [(k, max(0, len(r) - cfg.tail_tokens), len(r)) for k, r in enumerate(responses)]
     if decode_spans is not None:
         tails = decode_spans(responses, spans)  # one call
