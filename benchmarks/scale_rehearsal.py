@@ -34,7 +34,10 @@ Stood in, and how (our choices, documented so other sizes can be judged):
         --dataset-prompts 17000 --steps 300 --schedule streaming --json out.json
 
 Writes a JSON summary (`plugin_s_p50`, `plugin_s_max`, `rss_gb_peak`, `rss_gb_by_step`, `state_mb`,
-`state_save_s`, `tq_calls_per_step`, `encoder_texts_per_step`, and the parts by step).
+`state_save_s`, `tq_calls_per_step`, `encoder_texts_per_step`, and the parts by step); the plugin's
+time on the driver thread's CPU clock too (`plugin_cpu_s_p50`, `parts_cpu_s_p50`), which other jobs
+on the machine inflate far less than the wall clock, and what each state component weighs pickled
+alone (`state_mb_by_component`).
 """
 
 from __future__ import annotations
@@ -66,9 +69,10 @@ class StandInEncoder:
         self.texts = 0
         self.chars = 0
         self.seconds = 0.0  # its own hashing: subtracted from the part that called it
+        self.cpu_seconds = 0.0  # the same on the thread's CPU clock
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        tic = time.perf_counter()
+        tic, cpu = time.perf_counter(), time.thread_time()
         self.texts += len(texts)
         self.chars += sum(len(t) for t in texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
@@ -77,6 +81,7 @@ class StandInEncoder:
             out[i] = rng.standard_normal(DIM)
         out = out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
         self.seconds += time.perf_counter() - tic
+        self.cpu_seconds += time.thread_time() - cpu
         return out
 
 
@@ -338,17 +343,25 @@ def main(argv: list[str] | None = None) -> int:
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
-    def clock() -> float:
-        """The driver's time less the stand-in encoder's: a part's time is the plugin's own."""
-        return time.perf_counter() - encoder.seconds
+    def now() -> tuple[float, float]:
+        """Wall and driver-thread CPU clocks less the stand-in encoder's: a part's time is the plugin's
+        own. The CPU clock is what a dedicated node's wall clock would show when other jobs share
+        this machine's cores."""
+        return time.perf_counter() - encoder.seconds, time.thread_time() - encoder.cpu_seconds
+
+    def spent(part: str, since: tuple[float, float]) -> None:
+        wall, cpu = now()
+        parts[part] += wall - since[0]
+        parts_cpu[part] += cpu - since[1]
 
     per_step: list[dict] = []
     for step in range(1, args.steps + 1):
         parts: dict[str, float] = defaultdict(float)
+        parts_cpu: dict[str, float] = defaultdict(float)
         texts0, chars0, encoder_s0 = encoder.texts, encoder.chars, encoder.seconds
         b = args.prompts
         # --- which prompts
-        tic = clock()
+        tic = now()
         if state.prompt_selector is not None:
             cand = data.next(p.candidates * b)
             keys_c = [data.keys[q] for q in cand]
@@ -356,14 +369,14 @@ def main(argv: list[str] | None = None) -> int:
             qs = cand[chosen]
         else:
             qs = data.next(b)
-        parts["select"] += clock() - tic
+        spent("select", tic)
         keys = [data.keys[q] for q in qs]
         uids = [f"u{step}x{i}" for i in range(b)]
         rate = data.pass_rate(qs)
         # --- rounds: base, then the planner (the engine's outcomes are stood in)
         base_ids, base_ok = responses_for(rate, [p.n_base] * b, args, rng)
         groups = [base_ok[i * p.n_base : (i + 1) * p.n_base].astype(float) for i in range(b)]
-        tic = clock()
+        tic = now()
         if p.schedule == "phased":
             extra = planner.plan_round(groups, b * (p.n_avg - p.n_base), p).extra
         else:
@@ -375,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra[q2] += k
             for q in np.flatnonzero(plan.deferred):
                 extra[q] += int(plan.deferred[q])
-        parts["planner"] += clock() - tic
+        spent("planner", tic)
         more_ids, more_ok = responses_for(rate, extra, args, rng)
         # --- TransferQueue: the step's entries, a timed listing, the polls the trainer makes
         counts = [p.n_base + e for e in extra]
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         success = np.asarray(success)
         view = build_view(row_keys, row_uids, kinds, responses, success, rng)
         # --- ICL: all-fail prompts retrieve, successes enter the corpus
-        tic = clock()
+        tic = now()
         fail = [i for i in range(b) if not groups[i].any()]
         if fail and len(state.corpus):
             state.corpus.retrieve_many([keys[i] for i in fail], [data.texts[qs[i]] for i in fail], k=2)
@@ -420,25 +433,25 @@ def main(argv: list[str] | None = None) -> int:
             for k, r in firsts.items()
         ]
         state.corpus.add_many(examples)
-        parts["icl"] += clock() - tic
+        spent("icl", tic)
         # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
-        tic = clock()
+        tic = now()
         novelty, _ = novelty_scores(
             view, state.novelty, encoder.encode, decode, settings.extra.novelty, **novelty_decode_kwargs
         )
         gate = variance_gate(view, state.reward_var)
-        parts["novelty"] += clock() - tic
-        tic = clock()
+        spent("novelty", tic)
+        tic = now()
         advantage_step(view, novelty, gate)
         M.group_signal_metrics(view)
-        parts["advantage"] += clock() - tic
+        spent("advantage", tic)
         if state.prompt_selector is not None:
-            tic = clock()
+            tic = now()
             bare = [i for i, k in enumerate(kinds) if k in ("base", "round")]
             state.prompt_selector.record([row_keys[i] for i in bare], success[bare].tolist(), step)
-            parts["select"] += clock() - tic
+            spent("select", tic)
         # --- prefixes of hard prompts
-        tic = clock()
+        tic = now()
         rows = {u: {"reward_model": {"ground_truth": "0"}, "data_source": "rehearsal"} for u in uids}
         queue_prefixes(
             view,
@@ -451,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             max_prefix_len=int(settings.extra.prefix.max_prefix_frac * args.response_tokens),
             **prefix_decode_kwargs,
         )
-        parts["prefixes"] += clock() - tic
+        spent("prefixes", tic)
         # --- checkpoint
         save_s, state_mb = 0.0, None
         if step % args.save_every == 0 or step == args.steps:
@@ -468,7 +481,9 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "step": step,
                 "plugin_s": plugin,
+                "plugin_cpu_s": sum(parts_cpu.values()),
                 **{f"{k}_s": v for k, v in parts.items()},
+                **{f"{k}_cpu_s": v for k, v in parts_cpu.items()},
                 "tq_calls": polls,
                 "tq_listing_s": listing_s,
                 "rss_gb": rss_gb(),
@@ -481,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(
-            f"step {step}: plugin {plugin:.2f}s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}) "
+            f"step {step}: plugin {plugin:.2f}s, cpu {per_step[-1]['plugin_cpu_s']:.2f}s "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}) "
             f"rss {per_step[-1]['rss_gb']:.2f} GB, TQ {polls} listings of {listing_s * 1e3:.1f} ms, "
             f"encoder {per_step[-1]['encoder_texts']} texts"
             + (f", state {state_mb:.0f} MB in {save_s:.1f}s" if state_mb else ""),
@@ -508,6 +524,12 @@ def main(argv: list[str] | None = None) -> int:
         "plugin_s_max": max(plugin),
         "parts_s_p50": {
             k: statistics.median(s.get(f"{k}_s", 0.0) for s in per_step)
+            for k in ("select", "planner", "icl", "novelty", "advantage", "prefixes")
+        },
+        "plugin_cpu_s_p50": statistics.median(s["plugin_cpu_s"] for s in per_step),
+        "plugin_cpu_s_max": max(s["plugin_cpu_s"] for s in per_step),
+        "parts_cpu_s_p50": {
+            k: statistics.median(s.get(f"{k}_cpu_s", 0.0) for s in per_step)
             for k in ("select", "planner", "icl", "novelty", "advantage", "prefixes")
         },
         "rss_gb_peak": peak_rss_gb(),
