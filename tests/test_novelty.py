@@ -198,3 +198,22 @@ def test_the_memory_stores_float16_and_loads_an_older_float32_state():
     old.load_state_dict({**state, "memory": {k: z[np.array(keys) == k][-16:] for k in "abc"}})
     assert old.nbytes() == mem.nbytes() and np.array_equal(old.score(qk, q), mem.score(qk, q))
     assert all(np.array_equal(old.entries(k), mem.entries(k)) for k in "abc")
+
+
+def test_the_closest_distinct_texts_stay_apart_in_a_float16_memory():
+    """Texts one character apart are >= 2.8e-5 apart under MiniLM (docs/algorithms.md, identical
+    answers). Against a renormalised float16 row, 1 - cos moves by <= |z' - z| 2^-11 + 2^-23, i.e.
+    ~4e-6 at that distance: such a pair still scores above NOVELTY_EPS, and near its float32 value."""
+    rng = np.random.default_rng(5)
+    z = _random_unit_rows(rng, 500, 384)
+    noise = rng.standard_normal(z.shape).astype(np.float32)
+    noise -= np.sum(noise * z, axis=1, keepdims=True) * z  # orthogonal to z
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    angle = np.arccos(1 - 2.8e-5)
+    near = (np.cos(angle) * z.astype(np.float64) + np.sin(angle) * noise).astype(np.float32)
+    keys = [f"p{i}" for i in range(len(z))]
+    mem = NoveltyMemory(capacity=16, warmup=1)
+    mem.update(keys, z)
+    got = mem.score(keys, near)
+    bound = np.sqrt(2 * 2.8e-5) * 2.0**-11 + 2.0**-23 + 1e-6  # and float32 arithmetic
+    assert np.all(got >= NOVELTY_EPS) and np.all(np.abs(got - 2.8e-5) <= bound)
