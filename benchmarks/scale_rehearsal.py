@@ -35,7 +35,7 @@ Stood in, and how (our choices, documented so other sizes can be judged):
 
 Writes a JSON summary (`plugin_s_p50`, `plugin_s_max`, `rss_gb_peak`, `rss_gb_by_step`, `state_mb`,
 `state_save_s`, `tq_calls_per_step`, `encoder_texts_per_step`, and the parts by step); the plugin's
-time on the driver thread's CPU clock too (`plugin_cpu_s_p50`, `parts_cpu_s_p50`), which other jobs
+time on the driver process's CPU clock too (`plugin_cpu_s_p50`, `parts_cpu_s_p50`), which other jobs
 on the machine inflate far less than the wall clock, and what each state component weighs pickled
 alone (`state_mb_by_component`).
 """
@@ -69,10 +69,10 @@ class StandInEncoder:
         self.texts = 0
         self.chars = 0
         self.seconds = 0.0  # its own hashing: subtracted from the part that called it
-        self.cpu_seconds = 0.0  # the same on the thread's CPU clock
+        self.cpu_seconds = 0.0  # the same on the process's CPU clock
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        tic, cpu = time.perf_counter(), time.thread_time()
+        tic, cpu = time.perf_counter(), time.process_time()
         self.texts += len(texts)
         self.chars += sum(len(t) for t in texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
@@ -81,7 +81,7 @@ class StandInEncoder:
             out[i] = rng.standard_normal(DIM)
         out = out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
         self.seconds += time.perf_counter() - tic
-        self.cpu_seconds += time.thread_time() - cpu
+        self.cpu_seconds += time.process_time() - cpu
         return out
 
 
@@ -344,10 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
 
     def now() -> tuple[float, float]:
-        """Wall and driver-thread CPU clocks less the stand-in encoder's: a part's time is the plugin's
-        own. The CPU clock is what a dedicated node's wall clock would show when other jobs share
-        this machine's cores."""
-        return time.perf_counter() - encoder.seconds, time.thread_time() - encoder.cpu_seconds
+        """Wall and CPU clocks less the stand-in encoder's: a part's time is the plugin's own. The CPU
+        clock (every thread of the driver process: the Rust tokenizer decodes on threads of its own)
+        is stretched far less than the wall clock when other jobs share this machine's cores."""
+        return time.perf_counter() - encoder.seconds, time.process_time() - encoder.cpu_seconds
 
     def spent(part: str, since: tuple[float, float]) -> None:
         wall, cpu = now()
