@@ -22,8 +22,9 @@ Stood in, and how (our choices, documented so other sizes can be judged):
 - the tokenizer is the premise testbed's (a real byte-level BPE fast tokenizer, 512 ids), so every
   decode costs what a real one does per token;
 - the encoder is a hashing stand-in (384-d unit vectors): its time is not the plugin's (MiniLM's
-  throughput is measured in RESULTS, "Per-step overhead"), so the rehearsal reports its input
-  volume instead (texts and characters a step);
+  throughput is measured in RESULTS, "Per-step overhead"), so the parts' clock leaves it out
+  (`encoder_standin_s` a step is reported apart) and the rehearsal reports its input volume
+  instead (texts and characters a step);
 - the engine's timeline: a step's generation lasts `--gen-seconds`; a group's completion time
   follows the planner simulation's engine (`planner_sim.EngineConfig`, scaled to that length), and
   the TransferQueue polls the trainer makes over it are counted on that virtual clock with the
@@ -33,7 +34,10 @@ Stood in, and how (our choices, documented so other sizes can be judged):
         --dataset-prompts 17000 --steps 300 --schedule streaming --json out.json
 
 Writes a JSON summary (`plugin_s_p50`, `plugin_s_max`, `rss_gb_peak`, `rss_gb_by_step`, `state_mb`,
-`state_save_s`, `tq_calls_per_step`, `encoder_texts_per_step`, and the parts by step).
+`state_save_s`, `tq_calls_per_step`, `encoder_texts_per_step`, and the parts by step); the plugin's
+time on the driver process's CPU clock too (`plugin_cpu_s_p50`, `parts_cpu_s_p50`), which other jobs
+on the machine inflate far less than the wall clock, and what each state component weighs pickled
+alone (`state_mb_by_component`).
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import resource
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -57,20 +63,26 @@ DIM = 384  # MiniLM's
 
 
 class StandInEncoder:
-    """Unit vectors from a text's hash (deterministic); counts what it was asked to encode."""
+    """Unit vectors from a text's checksum (deterministic); counts what it was asked to encode."""
 
     def __init__(self) -> None:
         self.texts = 0
         self.chars = 0
+        self.seconds = 0.0  # its own hashing: subtracted from the part that called it
+        self.cpu_seconds = 0.0  # the same on the process's CPU clock
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        tic, cpu = time.perf_counter(), time.process_time()
         self.texts += len(texts)
         self.chars += sum(len(t) for t in texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
-            rng = np.random.default_rng(abs(hash(t)) % (2**32))
+            rng = np.random.default_rng(zlib.crc32(t.encode()))  # not hash(): the same in every process
             out[i] = rng.standard_normal(DIM)
-        return out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
+        out = out / np.linalg.norm(out, axis=1, keepdims=True) if len(texts) else out
+        self.seconds += time.perf_counter() - tic
+        self.cpu_seconds += time.process_time() - cpu
+        return out
 
 
 def rss_gb() -> float:
@@ -280,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the summary here")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    torch.manual_seed(args.seed)  # the token entropies (`build_view`)
 
     from transformers import AutoTokenizer
 
@@ -304,28 +317,51 @@ def main(argv: list[str] | None = None) -> int:
     tq_probe = TqProbe()
     p = settings.xrpo.planner
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
-    try:  # the trainer's batched decode, where this checkout has it (a run of older code has not)
-        from xrpo_verl.verl_adapters.text import batch_decoder
-
-        decode_many = batch_decoder(tokenizer)
-    except ImportError:
-        decode_many = None
     import inspect
 
     from xrpo_verl.verl_adapters.advantage_inputs import variance_gate
 
-    has_many = "decode_many" in inspect.signature(novelty_scores).parameters
-    decode_many_kwargs = {"decode_many": decode_many} if has_many and decode_many is not None else {}
+    try:
+        from xrpo_verl.verl_adapters import text as text_lib
+    except ImportError:
+        text_lib = None
+
+    def batched_decode_kwargs(fn) -> dict:
+        """The trainer's batched decode as `fn` takes it in this checkout (a run of older code may
+        take the per-sequence one, or none)."""
+        params = inspect.signature(fn).parameters
+        if text_lib is None:
+            return {}
+        if "decode_spans" in params:
+            return {"decode_spans": text_lib.span_decoder(tokenizer)}
+        if "decode_many" in params and hasattr(text_lib, "batch_decoder"):
+            return {"decode_many": text_lib.batch_decoder(tokenizer)}
+        return {}
+
+    novelty_decode_kwargs = batched_decode_kwargs(novelty_scores)
+    prefix_decode_kwargs = batched_decode_kwargs(queue_prefixes)
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
+
+    def now() -> tuple[float, float]:
+        """Wall and CPU clocks less the stand-in encoder's: a part's time is the plugin's own. The CPU
+        clock (every thread of the driver process: the Rust tokenizer decodes on threads of its own)
+        is stretched far less than the wall clock when other jobs share this machine's cores."""
+        return time.perf_counter() - encoder.seconds, time.process_time() - encoder.cpu_seconds
+
+    def spent(part: str, since: tuple[float, float]) -> None:
+        wall, cpu = now()
+        parts[part] += wall - since[0]
+        parts_cpu[part] += cpu - since[1]
 
     per_step: list[dict] = []
     for step in range(1, args.steps + 1):
         parts: dict[str, float] = defaultdict(float)
-        texts0, chars0 = encoder.texts, encoder.chars
+        parts_cpu: dict[str, float] = defaultdict(float)
+        texts0, chars0, encoder_s0 = encoder.texts, encoder.chars, encoder.seconds
         b = args.prompts
         # --- which prompts
-        tic = time.perf_counter()
+        tic = now()
         if state.prompt_selector is not None:
             cand = data.next(p.candidates * b)
             keys_c = [data.keys[q] for q in cand]
@@ -333,14 +369,14 @@ def main(argv: list[str] | None = None) -> int:
             qs = cand[chosen]
         else:
             qs = data.next(b)
-        parts["select"] += time.perf_counter() - tic
+        spent("select", tic)
         keys = [data.keys[q] for q in qs]
         uids = [f"u{step}x{i}" for i in range(b)]
         rate = data.pass_rate(qs)
         # --- rounds: base, then the planner (the engine's outcomes are stood in)
         base_ids, base_ok = responses_for(rate, [p.n_base] * b, args, rng)
         groups = [base_ok[i * p.n_base : (i + 1) * p.n_base].astype(float) for i in range(b)]
-        tic = time.perf_counter()
+        tic = now()
         if p.schedule == "phased":
             extra = planner.plan_round(groups, b * (p.n_avg - p.n_base), p).extra
         else:
@@ -352,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra[q2] += k
             for q in np.flatnonzero(plan.deferred):
                 extra[q] += int(plan.deferred[q])
-        parts["planner"] += time.perf_counter() - tic
+        spent("planner", tic)
         more_ids, more_ok = responses_for(rate, extra, args, rng)
         # --- TransferQueue: the step's entries, a timed listing, the polls the trainer makes
         counts = [p.n_base + e for e in extra]
@@ -381,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         success = np.asarray(success)
         view = build_view(row_keys, row_uids, kinds, responses, success, rng)
         # --- ICL: all-fail prompts retrieve, successes enter the corpus
-        tic = time.perf_counter()
+        tic = now()
         fail = [i for i in range(b) if not groups[i].any()]
         if fail and len(state.corpus):
             state.corpus.retrieve_many([keys[i] for i in fail], [data.texts[qs[i]] for i in fail], k=2)
@@ -397,25 +433,25 @@ def main(argv: list[str] | None = None) -> int:
             for k, r in firsts.items()
         ]
         state.corpus.add_many(examples)
-        parts["icl"] += time.perf_counter() - tic
+        spent("icl", tic)
         # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
-        tic = time.perf_counter()
+        tic = now()
         novelty, _ = novelty_scores(
-            view, state.novelty, encoder.encode, decode, settings.extra.novelty, **decode_many_kwargs
+            view, state.novelty, encoder.encode, decode, settings.extra.novelty, **novelty_decode_kwargs
         )
         gate = variance_gate(view, state.reward_var)
-        parts["novelty"] += time.perf_counter() - tic
-        tic = time.perf_counter()
+        spent("novelty", tic)
+        tic = now()
         advantage_step(view, novelty, gate)
         M.group_signal_metrics(view)
-        parts["advantage"] += time.perf_counter() - tic
+        spent("advantage", tic)
         if state.prompt_selector is not None:
-            tic = time.perf_counter()
+            tic = now()
             bare = [i for i, k in enumerate(kinds) if k in ("base", "round")]
             state.prompt_selector.record([row_keys[i] for i in bare], success[bare].tolist(), step)
-            parts["select"] += time.perf_counter() - tic
+            spent("select", tic)
         # --- prefixes of hard prompts
-        tic = time.perf_counter()
+        tic = now()
         rows = {u: {"reward_model": {"ground_truth": "0"}, "data_source": "rehearsal"} for u in uids}
         queue_prefixes(
             view,
@@ -426,9 +462,9 @@ def main(argv: list[str] | None = None) -> int:
             end_ids=set(),
             decode=decode,
             max_prefix_len=int(settings.extra.prefix.max_prefix_frac * args.response_tokens),
-            **({"decode_many": decode_many} if decode_many is not None else {}),
+            **prefix_decode_kwargs,
         )
-        parts["prefixes"] += time.perf_counter() - tic
+        spent("prefixes", tic)
         # --- checkpoint
         save_s, state_mb = 0.0, None
         if step % args.save_every == 0 or step == args.steps:
@@ -445,25 +481,35 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "step": step,
                 "plugin_s": plugin,
+                "plugin_cpu_s": sum(parts_cpu.values()),
                 **{f"{k}_s": v for k, v in parts.items()},
+                **{f"{k}_cpu_s": v for k, v in parts_cpu.items()},
                 "tq_calls": polls,
                 "tq_listing_s": listing_s,
                 "rss_gb": rss_gb(),
                 "encoder_texts": encoder.texts - texts0,
                 "encoder_chars": encoder.chars - chars0,
+                "encoder_standin_s": encoder.seconds - encoder_s0,
                 "state_save_s": save_s,
                 "state_mb": state_mb,
                 "rows": len(responses),
             }
         )
         print(
-            f"step {step}: plugin {plugin:.2f}s ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}) "
+            f"step {step}: plugin {plugin:.2f}s, cpu {per_step[-1]['plugin_cpu_s']:.2f}s "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in parts.items())}) "
             f"rss {per_step[-1]['rss_gb']:.2f} GB, TQ {polls} listings of {listing_s * 1e3:.1f} ms, "
             f"encoder {per_step[-1]['encoder_texts']} texts"
             + (f", state {state_mb:.0f} MB in {save_s:.1f}s" if state_mb else ""),
             flush=True,
         )
         del view
+    # what each component of the last state weighs, pickled alone
+    state_mb_by_component = {
+        name: len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) / 2**20
+        for name, v in state.state_dict()["components"].items()
+        if v is not None
+    }
     tic = time.perf_counter()
     restored = PluginState(settings, embedder_factory=lambda _cfg: encoder)
     restored.build_prompt_selector(args.dataset_prompts, args.prompts)
@@ -480,11 +526,18 @@ def main(argv: list[str] | None = None) -> int:
             k: statistics.median(s.get(f"{k}_s", 0.0) for s in per_step)
             for k in ("select", "planner", "icl", "novelty", "advantage", "prefixes")
         },
+        "plugin_cpu_s_p50": statistics.median(s["plugin_cpu_s"] for s in per_step),
+        "plugin_cpu_s_max": max(s["plugin_cpu_s"] for s in per_step),
+        "parts_cpu_s_p50": {
+            k: statistics.median(s.get(f"{k}_cpu_s", 0.0) for s in per_step)
+            for k in ("select", "planner", "icl", "novelty", "advantage", "prefixes")
+        },
         "rss_gb_peak": peak_rss_gb(),
         "rss_gb_final": per_step[-1]["rss_gb"],
         "rss_gb_by_step": [round(s["rss_gb"], 3) for s in per_step],
         "state_mb": saves[-1]["state_mb"],
         "state_mb_by_save": [round(s["state_mb"], 2) for s in saves],
+        "state_mb_by_component": {k: round(v, 2) for k, v in state_mb_by_component.items()},
         "state_save_s": max(s["state_save_s"] for s in saves),
         "state_restore_s": restore_s,
         "tq_calls_per_step": statistics.median(s["tq_calls"] for s in per_step),
@@ -492,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         "tq_listing_s_per_step": statistics.median(s["tq_listing_s"] * s["tq_calls"] for s in per_step),
         "encoder_texts_per_step": statistics.median(s["encoder_texts"] for s in per_step),
         "encoder_chars_per_step": statistics.median(s["encoder_chars"] for s in per_step),
+        "encoder_standin_s_p50": statistics.median(s["encoder_standin_s"] for s in per_step),
         "prefix_memory_prompts": len(state.prefix_memory),
         "novelty_memory_prompts": len(state.novelty),
         "per_step": per_step,

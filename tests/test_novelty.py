@@ -144,3 +144,76 @@ def test_score_then_update_is_score_then_update():
         two.update(keys, z)
         assert got.dtype == want.dtype and np.array_equal(got, want)
         assert all(np.array_equal(one.entries(k), two.entries(k)) for k in "abc")
+
+
+def _random_unit_rows(rng, n, d):
+    """(n, d) float32 unit rows, a few coordinates much larger than the rest (as a sentence encoder's)."""
+    z = rng.standard_normal((n, d))
+    z[:, : d // 48] *= 20
+    return (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dim", [384, 768])
+def test_float16_rounding_of_a_renormalised_row_is_second_order(dim):
+    """1 - cos(z, y/|y|) with y = fp16(z) is |e_perp|^2 / 2 <= u^2 / 2 (u = 2^-11, fp16's unit
+    roundoff): far below NOVELTY_EPS. The un-normalised dot z . y is off to first order, above it."""
+    z = _random_unit_rows(np.random.default_rng(dim), 4000, dim).astype(np.float64)
+    y = z.astype(np.float16).astype(np.float64)
+    renormalised = 1 - np.sum(z * y, axis=1) / np.linalg.norm(y, axis=1)
+    assert renormalised.max() <= 2.0**-23 < NOVELTY_EPS / 40
+    assert np.abs(1 - np.sum(z * y, axis=1)).max() > 4 * NOVELTY_EPS  # why the rows are renormalised
+
+
+def test_an_identical_response_scores_zero_against_a_float16_memory():
+    """Each prompt's memory holds 16 random responses; one of them comes back alone (no sibling to
+    match it): its only match is its own stored float16 row, and it scores exactly 0."""
+    rng = np.random.default_rng(0)
+    keys = [f"p{i}" for i in range(300)]
+    z = _random_unit_rows(rng, 16 * len(keys), 384)
+    mem = NoveltyMemory(capacity=16, warmup=1)
+    mem.update([k for k in keys for _ in range(16)], z)
+    again = z[np.arange(len(keys)) * 16 + rng.integers(0, 16, len(keys))]
+    for k, zi in zip(keys, again):  # one response a prompt: the reference set is the memory only
+        assert mem.score([k], zi[None, :])[0] == 0.0
+    fresh = _random_unit_rows(rng, len(keys), 384)
+    assert np.all(mem.score(keys, fresh) > 0.1)  # a new response is still novel
+
+
+def test_the_memory_stores_float16_and_loads_an_older_float32_state():
+    rng = np.random.default_rng(1)
+    keys = [k for k in "abc" for _ in range(20)]
+    z = _random_unit_rows(rng, len(keys), 384)
+    mem = NoveltyMemory(capacity=16, warmup=1)
+    mem.update(keys, z)
+    assert mem.nbytes() == 3 * 16 * 384 * 2  # float16: half of what float32 rows would take
+    state = pickle.loads(pickle.dumps(mem.state_dict()))
+    assert {v.dtype for v in state["memory"].values()} == {np.dtype(np.float16)}
+    q = _random_unit_rows(rng, 6, 384)
+    qk = list("aabbcc")
+    clone = NoveltyMemory(capacity=16, warmup=1)
+    clone.load_state_dict(state)
+    assert np.array_equal(clone.score(qk, q), mem.score(qk, q)) and clone.nbytes() == mem.nbytes()
+    # a checkpoint written before float16 storage: its float32 rows are cast on load
+    old = NoveltyMemory(capacity=16, warmup=1)
+    old.load_state_dict({**state, "memory": {k: z[np.array(keys) == k][-16:] for k in "abc"}})
+    assert old.nbytes() == mem.nbytes() and np.array_equal(old.score(qk, q), mem.score(qk, q))
+    assert all(np.array_equal(old.entries(k), mem.entries(k)) for k in "abc")
+
+
+def test_the_closest_distinct_texts_stay_apart_in_a_float16_memory():
+    """Texts one character apart are >= 2.8e-5 apart under MiniLM (docs/algorithms.md, identical
+    answers). Against a renormalised float16 row, 1 - cos moves by <= |z' - z| 2^-11 + 2^-23, i.e.
+    ~4e-6 at that distance: such a pair still scores above NOVELTY_EPS, and near its float32 value."""
+    rng = np.random.default_rng(5)
+    z = _random_unit_rows(rng, 500, 384)
+    noise = rng.standard_normal(z.shape).astype(np.float32)
+    noise -= np.sum(noise * z, axis=1, keepdims=True) * z  # orthogonal to z
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
+    angle = np.arccos(1 - 2.8e-5)
+    near = (np.cos(angle) * z.astype(np.float64) + np.sin(angle) * noise).astype(np.float32)
+    keys = [f"p{i}" for i in range(len(z))]
+    mem = NoveltyMemory(capacity=16, warmup=1)
+    mem.update(keys, z)
+    got = mem.score(keys, near)
+    bound = np.sqrt(2 * 2.8e-5) * 2.0**-11 + 2.0**-23 + 1e-6  # and float32 arithmetic
+    assert np.all(got >= NOVELTY_EPS) and np.all(np.abs(got - 2.8e-5) <= bound)

@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
+from xrpo_verl import prefix as prefix_lib
 from xrpo_verl.prefix import (
     GuidedPrompt,
     GuidedQueue,
@@ -217,8 +218,9 @@ def test_prefix_memory_shares_a_responses_tokens_and_keeps_sharing_through_a_che
     m.add_group("q", [response], [(0, 100, 0.3), (0, 500, 0.2), (0, 900, 0.1)], emb)
     assert [len(e.prefix_ids) for e in m.entries("q")] == [100, 500, 900]
     assert m.entries("q")[1].prefix_ids == response[:500]
-    # one int32 copy of the response up to its longest kept prefix, three float16 embeddings
-    assert m.nbytes() == 900 * 4 + 3 * 4 * 2
+    # one 3-byte copy of the response up to its longest kept prefix; per entry its source and b (int32),
+    # MTE (float64) and a float16 embedding
+    assert m.nbytes() == 900 * 3 + 3 * (4 + 4 + 8 + 4 * 2)
     m2 = PrefixMemory()
     m2.load_state_dict(pickle.loads(pickle.dumps(m.state_dict())))
     assert m2.nbytes() == m.nbytes()
@@ -232,7 +234,7 @@ def test_a_response_leaves_the_memory_with_its_last_prefix():
     m.add_group("q", [[1, 2, 3]], [(0, 1, 0.5), (0, 2, 0.4)], np.eye(2))
     m.add_group("q", [[7, 8]], [(0, 1, 0.3), (0, 2, 0.2)], np.eye(2))
     assert [e.prefix_ids for e in m.entries("q")] == [[7], [7, 8]]
-    assert m.nbytes() == 2 * 4 + 2 * 2 * 2  # [1, 2, 3] is gone
+    assert m.nbytes() == 2 * 3 + 2 * (4 + 4 + 8 + 2 * 2)  # [1, 2, 3] is gone
 
 
 def test_prefix_memory_bounds_its_prompts_least_recently_hard_first():
@@ -249,3 +251,29 @@ def test_a_checkpoint_of_the_former_layout_loads():
     m = PrefixMemory()
     m.load_state_dict(old)
     assert [(e.prefix_ids, e.score) for e in m.entries("q")] == [([3], 0.5), ([4], 0.7)]
+
+
+def test_token_ids_pack_into_three_bytes_and_back():
+    rng = np.random.default_rng(0)
+    ids = np.concatenate([[0, 1, 255, 256, 65535, 65536, 151_935, 2**24 - 1], rng.integers(0, 2**24, size=1000)])
+    packed = prefix_lib._pack_ids(ids)
+    assert packed.dtype == np.uint8 and packed.nbytes == 3 * ids.size
+    assert np.array_equal(prefix_lib._unpack_ids(packed), ids)
+    wide = prefix_lib._pack_ids([5, 2**24])  # past 3 bytes: kept as int32
+    assert wide.dtype == np.int32 and prefix_lib._unpack_ids(wide).tolist() == [5, 2**24]
+
+
+def test_a_checkpoint_of_the_entry_tuple_layout_loads():
+    """The layout before the array one: int32 sources and one (source, b, MTE, embedding) tuple an entry."""
+    m = PrefixMemory(capacity=4)
+    e = np.eye(4)[:3]
+    m.add_group("q", [list(range(10, 40)), [7, 8, 9]], [(0, 5, 0.3), (1, 2, 0.2), (0, 30, 0.1)], e)
+    sources = {0: np.arange(10, 40, dtype=np.int32), 1: np.array([7, 8], dtype=np.int32)}
+    entries = [(0, 5, 0.3, e[0].astype(np.float16)), (1, 2, 0.2, e[1].astype(np.float16))]
+    entries.append((0, 30, 0.1, e[2].astype(np.float16)))
+    old = {"capacity": 4, "max_prompts": None, "evicted_prompts": 0}
+    old["prompts"] = {"q": {"sources": sources, "entries": entries, "next_source": 2}}
+    loaded = PrefixMemory()
+    loaded.load_state_dict(pickle.loads(pickle.dumps(old)))
+    assert [(x.prefix_ids, x.score) for x in loaded.entries("q")] == [(x.prefix_ids, x.score) for x in m.entries("q")]
+    assert loaded.nbytes() == m.nbytes() and loaded.select("q")[1] == m.select("q")[1]

@@ -10,6 +10,12 @@ lets a prompt's first visit score (the released code counted Phi(x) only, which 
 first epoch at 0; docs/algorithms.md, novelty). The correctness gate 1[R_i > 0] is applied by the
 advantage functions (`advantages.novelty_shaped_scores`, `advantages.add_novelty_bonus`), which
 take r_int ungated.
+
+Phi(x) is stored in float16 (half the bytes of a run's largest store) and compared in float32 after
+each stored row is renormalised: for a unit z and y = fp16(z) = z + e, |e_j| <= u |z_j| (u = 2^-11),
+1 - cos(z, y / |y|) = |e_perp|^2 / 2 + O(|e|^3) <= u^2 / 2 ~ 1.2e-7, second order in the rounding, so
+an identical response still scores under NOVELTY_EPS, i.e. 0; the un-normalised dot z . y = 1 + z . e
+is off to first order (up to u ~ 5e-4), above it (docs/algorithms.md, "Where the memories live").
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from xrpo_verl.embeddings import check_unit_rows
 # for a group of identical answers. Set between that noise (unit vectors of the dims we use) and
 # 1 - cos of texts one character apart under MiniLM, with a margin each way (docs/algorithms.md).
 NOVELTY_EPS = 5e-6
+STORED_DTYPE = np.float16  # Phi(x)'s rows; renormalised in float32 before each comparison (module docstring)
 
 
 class NoveltyMemory:
@@ -43,15 +50,21 @@ class NoveltyMemory:
             raise ValueError(f"warmup = {warmup!r} must be an integer in [1, capacity = {capacity}]")
         self.capacity = int(capacity)
         self.warmup = int(warmup)
-        self._mem: dict[str, np.ndarray] = {}  # key -> (m, d) float32, oldest first, m <= capacity
+        self._mem: dict[str, np.ndarray] = {}  # key -> (m, d) STORED_DTYPE, oldest first, m <= capacity
 
     def __len__(self) -> int:
         """Number of prompt keys held."""
         return len(self._mem)
 
+    def nbytes(self) -> int:
+        """Bytes of the stored embeddings (not counting Python objects)."""
+        return sum(v.nbytes for v in self._mem.values())
+
     def entries(self, key: str) -> np.ndarray:
-        """The (m, d) embeddings stored for `key`, oldest first (m = 0 if unseen)."""
-        return self._mem.get(key, np.zeros((0, 0), dtype=np.float32))
+        """The (m, d) float32 unit rows `key`'s responses are compared with, oldest first (m = 0 if unseen):
+        the stored float16 rows, renormalised."""
+        hist = self._mem.get(key)
+        return np.zeros((0, 0), dtype=np.float32) if hist is None else _unit_rows(hist)
 
     def score(self, keys: Sequence[str], embeddings: np.ndarray, correct: np.ndarray | None = None) -> np.ndarray:
         """r_int per response (see module docstring); does not modify the memory.
@@ -90,13 +103,14 @@ class NoveltyMemory:
         for i, k in enumerate(keys):
             groups.setdefault(k, []).append(i)
         for key, rows in groups.items():
-            hist = self._mem.get(key)
-            if hist is None:
-                hist = np.zeros((0, z.shape[1]), dtype=np.float32)
-            if hist.shape[0] + len(rows) - 1 < self.warmup:
+            stored = self._mem.get(key)
+            if stored is None:
+                stored = np.zeros((0, z.shape[1]), dtype=STORED_DTYPE)
+            if stored.shape[0] + len(rows) - 1 < self.warmup:
                 continue
-            if hist.shape[1] != z.shape[1]:
-                raise ValueError(f"embedding dim {z.shape[1]} != stored dim {hist.shape[1]} for key {key!r}")
+            if stored.shape[1] != z.shape[1]:
+                raise ValueError(f"embedding dim {z.shape[1]} != stored dim {stored.shape[1]} for key {key!r}")
+            hist = _unit_rows(stored)  # (m, d) float32
             zi = z[rows]
             sims = zi @ np.concatenate([hist, zi]).T  # (g, m + g)
             m = hist.shape[0]
@@ -116,11 +130,13 @@ class NoveltyMemory:
             groups.setdefault(k, []).append(i)
         for key, rows in groups.items():
             old = self._mem.get(key)
-            new = z[rows] if old is None else np.concatenate([old, z[rows]])
-            self._mem[key] = new[-self.capacity :].copy()
+            new = z[rows[-self.capacity :]].astype(STORED_DTYPE)
+            if old is not None:
+                new = np.concatenate([old, new])[-self.capacity :]
+            self._mem[key] = new
 
     def state_dict(self) -> dict[str, Any]:
-        """Picklable plain-python/numpy state."""
+        """Picklable plain-python/numpy state (the rows as stored, float16)."""
         return {"capacity": self.capacity, "warmup": self.warmup, "memory": {k: v.copy() for k, v in self._mem.items()}}
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -129,7 +145,14 @@ class NoveltyMemory:
                 f"state has capacity/warmup {d.get('capacity')}/{d.get('warmup')}, "
                 f"this memory {self.capacity}/{self.warmup}"
             )
-        self._mem = {str(k): np.asarray(v, dtype=np.float32)[-self.capacity :].copy() for k, v in d["memory"].items()}
+        # a state written before float16 storage holds float32 rows: cast, as `_push` would have stored them
+        self._mem = {str(k): np.asarray(v)[-self.capacity :].astype(STORED_DTYPE) for k, v in d["memory"].items()}
+
+
+def _unit_rows(stored: np.ndarray) -> np.ndarray:
+    """(m, d) stored rows -> float32 rows of unit norm (the float16 rounding moves the norm off 1)."""
+    x = stored.astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 class RewardVarianceEMA:

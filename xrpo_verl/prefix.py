@@ -129,10 +129,6 @@ class Candidate:
     def prefix_ids(self) -> tuple[int, ...]:
         return tuple(self.source[: self.length].tolist())
 
-    def tail(self, tokens: int) -> list[int]:
-        """The prefix's last `tokens` token ids."""
-        return self.source[max(0, self.length - tokens) : self.length].tolist()
-
 
 def group_candidates(
     responses: Sequence[Sequence[int]],
@@ -213,57 +209,82 @@ class PrefixEntry:
 class _PromptPrefixes:
     """One prompt's ring of entries (source, b, MTE, float16 embedding) over shared token arrays.
 
-    The candidates of a step are prefixes of a few responses, so each response is kept once (int32,
-    cut after its last kept boundary) and an entry is (its response, b): storage grows with the
-    responses the ring still refers to, not with candidates times prefix length, and stays shared
-    through a checkpoint.
+    The candidates of a step are prefixes of a few responses, so each response is kept once (cut
+    after its last kept boundary, 3 bytes a token: `_pack_ids`) and an entry is (its response, b):
+    storage grows with the responses the ring still refers to, not with candidates times prefix
+    length, and stays shared through a checkpoint. The entries are four arrays, oldest first (one
+    float16 matrix rather than an array per entry: no per-entry object, in memory or in a pickle).
     """
 
     def __init__(self, capacity: int) -> None:
-        self.entries: deque[tuple[int, int, float, np.ndarray]] = deque()
-        self.sources: dict[int, np.ndarray] = {}
-        self.refs: dict[int, int] = {}
         self.capacity = capacity
+        self.sids = np.zeros(0, dtype=np.int32)  # (N,) source of each entry
+        self.lengths = np.zeros(0, dtype=np.int32)  # (N,) b
+        self.scores = np.zeros(0, dtype=np.float64)  # (N,) MTE(p_b)
+        self.emb = np.zeros((0, 0), dtype=np.float16)  # (N, d) as given, float16
+        self.sources: dict[int, np.ndarray] = {}  # source id -> packed token ids
         self.next_source = 0
+
+    def __len__(self) -> int:
+        return int(self.sids.size)
 
     def add_source(self, ids: np.ndarray) -> int:
         sid = self.next_source
         self.next_source += 1
-        self.sources[sid] = np.ascontiguousarray(ids, dtype=np.int32)
-        self.refs[sid] = 0
+        self.sources[sid] = _pack_ids(ids)
         return sid
 
-    def append(self, sid: int, b: int, score: float, embedding: np.ndarray) -> None:
-        if len(self.entries) == self.capacity:
-            old = self.entries.popleft()[0]
-            self.refs[old] -= 1
-            if self.refs[old] == 0:
-                del self.refs[old], self.sources[old]
-        self.entries.append((sid, int(b), float(score), embedding.astype(np.float16)))
-        self.refs[sid] += 1
-
-    def drop_unreferenced(self) -> None:
-        for sid in [k for k, n in self.refs.items() if n == 0]:
-            del self.refs[sid], self.sources[sid]
+    def extend(self, sids: np.ndarray, lengths: np.ndarray, scores: np.ndarray, embeddings: np.ndarray) -> None:
+        """Append entries in order; the oldest beyond `capacity` leave, and so do the sources no
+        entry refers to any more."""
+        emb = np.asarray(embeddings).astype(np.float16)
+        if len(self):
+            emb = np.concatenate([self.emb, emb])
+        keep = slice(-self.capacity, None)
+        self.sids = np.concatenate([self.sids, sids]).astype(np.int32)[keep]
+        self.lengths = np.concatenate([self.lengths, lengths]).astype(np.int32)[keep]
+        self.scores = np.concatenate([self.scores, scores]).astype(np.float64)[keep]
+        self.emb = emb[keep].copy()
+        live = set(self.sids.tolist())
+        for sid in [k for k in self.sources if k not in live]:
+            del self.sources[sid]
 
     def prefix(self, i: int) -> list[int]:
-        sid, b, _, _ = self.entries[i]
-        return self.sources[sid][:b].tolist()
+        return _unpack_ids(self.sources[int(self.sids[i])])[: int(self.lengths[i])].tolist()
 
     def embeddings(self) -> np.ndarray:
         """(N, d) float32, renormalised after the float16 round trip."""
-        e = np.stack([x[3] for x in self.entries]).astype(np.float32)
+        e = self.emb.astype(np.float32)
         return e / np.linalg.norm(e, axis=1, keepdims=True)
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.sources.values()) + sum(x[3].nbytes for x in self.entries)
+        arrays = (self.sids, self.lengths, self.scores, self.emb, *self.sources.values())
+        return sum(a.nbytes for a in arrays)
+
+
+def _pack_ids(ids) -> np.ndarray:
+    """Token ids in 3 little-endian bytes each, (T, 3) uint8, when all lie in [0, 2^24) (every
+    vocabulary we know: Qwen's 151k, Llama-3's 128k); otherwise (T,) int32."""
+    a = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if a.size and (a.min() < 0 or a.max() >= 2**24):
+        return a.astype(np.int32)
+    return a.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :3].copy()
+
+
+def _unpack_ids(packed: np.ndarray) -> np.ndarray:
+    """(T,) int64 token ids of `_pack_ids`' output (or of a plain int array)."""
+    if packed.dtype != np.uint8:
+        return packed.astype(np.int64)
+    wide = np.zeros((len(packed), 4), dtype=np.uint8)
+    wide[:, :3] = packed
+    return wide.view("<u4").reshape(-1).astype(np.int64)
 
 
 class PrefixMemory:
     """Per original prompt ring buffer of scored prefixes (ExTra code: 128 per prompt), over at most
     `max_prompts` prompts (ours [I]): adding to a prompt beyond that drops the prompt that was hard
     least recently, so the memory is bounded by configuration, not by how many prompts were ever hard.
-    Token ids are int32 arrays shared by the prefixes of one response, embeddings float16
+    Token ids are 3-byte arrays shared by the prefixes of one response, embeddings float16
     (docs/algorithms.md, prefix regeneration)."""
 
     def __init__(self, capacity: int = 128, max_prompts: int | None = None) -> None:
@@ -299,15 +320,14 @@ class PrefixMemory:
         if mem is None:
             return []
         emb = mem.embeddings()
-        return [PrefixEntry(mem.prefix(i), x[2], emb[i]) for i, x in enumerate(mem.entries)]
+        return [PrefixEntry(mem.prefix(i), float(mem.scores[i]), emb[i]) for i in range(len(mem))]
 
     def summary(self, prompt_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(lengths (N,), MTEs (N,), embeddings (N, d)) of the prompt's entries, without their tokens."""
         mem = self._mem.get(prompt_id)
-        if mem is None or not mem.entries:
+        if mem is None or not len(mem):
             return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 0), dtype=np.float32)
-        lengths = np.array([x[1] for x in mem.entries], dtype=np.int64)
-        return lengths, np.array([x[2] for x in mem.entries]), mem.embeddings()
+        return mem.lengths.astype(np.int64), mem.scores.copy(), mem.embeddings()
 
     def add(self, prompt_id: str, prefix_ids: Sequence[int], score: float, embedding: np.ndarray) -> None:
         """Append a prefix (relative to the original prompt), evicting the oldest when full.
@@ -345,20 +365,23 @@ class PrefixMemory:
         longest: dict[int, int] = {}
         for g, b, _ in candidates:
             longest[g] = max(longest.get(g, 0), int(b))
-        sid = {g: mem.add_source(np.asarray(responses[g][:b], dtype=np.int64)) for g, b in sorted(longest.items())}
-        for (g, b, score), emb in zip(candidates, e, strict=True):
-            mem.append(sid[g], b, score, emb)
-        mem.drop_unreferenced()  # a response whose prefixes all left the ring in this very call
+        sid = {g: mem.add_source(responses[g][:b]) for g, b in sorted(longest.items())}
+        mem.extend(
+            np.array([sid[g] for g, _, _ in candidates], dtype=np.int64),
+            np.array([b for _, b, _ in candidates], dtype=np.int64),
+            np.array([score for _, _, score in candidates], dtype=np.float64),
+            e,
+        )  # a response whose prefixes all left the ring in this very call is dropped with them
 
     def select(self, prompt_id: str, *, tau: float = 0.1) -> tuple[PrefixEntry, PrefixChoice] | None:
         """`select_prefix` over this prompt's whole memory; None if it holds nothing."""
         mem = self._mem.get(prompt_id)
-        if mem is None or not mem.entries:
+        if mem is None or not len(mem):
             return None
         emb = mem.embeddings()
-        choice = select_prefix(np.array([x[2] for x in mem.entries]), emb, tau=tau)
+        choice = select_prefix(mem.scores, emb, tau=tau)
         i = choice.index
-        return PrefixEntry(mem.prefix(i), mem.entries[i][2], emb[i]), choice
+        return PrefixEntry(mem.prefix(i), float(mem.scores[i]), emb[i]), choice
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -366,7 +389,14 @@ class PrefixMemory:
             "max_prompts": self.max_prompts,
             "evicted_prompts": self.evicted_prompts,
             "prompts": {
-                k: {"sources": dict(m.sources), "entries": list(m.entries), "next_source": m.next_source}
+                k: {
+                    "sources": dict(m.sources),
+                    "sids": m.sids.copy(),
+                    "lengths": m.lengths.copy(),
+                    "scores": m.scores.copy(),
+                    "embeddings": m.emb.copy(),
+                    "next_source": m.next_source,
+                }
                 for k, m in self._mem.items()
             },
         }
@@ -382,13 +412,20 @@ class PrefixMemory:
             return
         for k, saved in d["prompts"].items():
             mem = _PromptPrefixes(self.capacity)
-            mem.sources = {int(sid): np.asarray(a, dtype=np.int32) for sid, a in saved["sources"].items()}
-            mem.entries = deque(
-                (int(a), int(b), float(c), np.asarray(e, dtype=np.float16)) for a, b, c, e in saved["entries"]
-            )
-            mem.refs = {sid: 0 for sid in mem.sources}
-            for sid, *_ in mem.entries:
-                mem.refs[sid] += 1
+            # int32 sources (written before the 3-byte packing) are packed as they load
+            mem.sources = {int(sid): _pack_ids(_unpack_ids(np.asarray(a))) for sid, a in saved["sources"].items()}
+            if "entries" in saved:  # written before the array layout: one (source, b, MTE, embedding) tuple each
+                rows = list(saved["entries"])
+                mem.sids = np.array([int(r[0]) for r in rows], dtype=np.int32)
+                mem.lengths = np.array([int(r[1]) for r in rows], dtype=np.int32)
+                mem.scores = np.array([float(r[2]) for r in rows], dtype=np.float64)
+                dim = len(rows[0][3]) if rows else 0
+                mem.emb = np.array([np.asarray(r[3]) for r in rows], dtype=np.float16).reshape(len(rows), dim)
+            else:
+                mem.sids = np.asarray(saved["sids"], dtype=np.int32)
+                mem.lengths = np.asarray(saved["lengths"], dtype=np.int32)
+                mem.scores = np.asarray(saved["scores"], dtype=np.float64)
+                mem.emb = np.asarray(saved["embeddings"], dtype=np.float16)
             mem.next_source = int(saved["next_source"])
             self._mem[k] = mem
 

@@ -27,19 +27,24 @@ def novelty_scores(
     encode: Callable[[list[str]], np.ndarray],
     decode: Callable[[list[int]], str],
     cfg: NoveltyBonusConfig,
-    decode_many: Callable[[list[list[int]]], list[str]] | None = None,
+    decode_spans: Callable[[list, list[tuple[int, int, int]]], list[str]] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """r_int per row (B,) float32, ungated (the estimators gate by correctness), and its metrics.
 
     The tail of each valid response (its last `cfg.tail_tokens` tokens, decoded) is embedded and
     scored against the prompt's memory and its siblings; every valid response then enters the memory.
+    `decode_spans` (`text.span_decoder`) decodes every tail in one call; `decode` one by one if None.
     """
     idx = np.flatnonzero(view.valid.numpy())
     novelty = torch.zeros(len(view.uids), dtype=torch.float32)
     if idx.size == 0:  # nothing scored: the step metrics' zeros stand (`step_metrics.signal_metrics`)
         return novelty, {}
-    ids = [view.responses[i][-cfg.tail_tokens :].tolist() for i in idx]
-    tails = decode_many(ids) if decode_many is not None else [decode(t) for t in ids]  # one batched call
+    responses = [view.responses[i].numpy() for i in idx]  # views: numpy's len and slices cost ~nothing
+    spans = [(k, max(0, len(r) - cfg.tail_tokens), len(r)) for k, r in enumerate(responses)]
+    if decode_spans is not None:
+        tails = decode_spans(responses, spans)  # one call
+    else:
+        tails = [decode(responses[k][a:b].tolist()) for k, a, b in spans]
     emb = encode(tails)
     keys = [view.keys[i] for i in idx]
     raw = memory.score_then_update(keys, emb)

@@ -72,10 +72,10 @@ def newline_token_ids(tokenizer) -> set[int]:
     return ids
 
 
-def _strip_tail(ids: list[int], drop: set[int]) -> list[int]:
-    """Token ids without trailing EOS/padding: a prefix must leave a real suffix."""
+def _strip_tail(ids: np.ndarray, drop: set[int]) -> np.ndarray:
+    """(T,) token ids without trailing EOS/padding (a view): a prefix must leave a real suffix."""
     end = len(ids)
-    while end and ids[end - 1] in drop:
+    while end and int(ids[end - 1]) in drop:
         end -= 1
     return ids[:end]
 
@@ -101,7 +101,7 @@ def queue_prefixes(
     end_ids: set[int],
     decode: Callable[[list[int]], str],
     max_prefix_len: int,
-    decode_many: Callable[[list[list[int]]], list[str]] | None = None,
+    decode_spans: Callable[[list, list[tuple[int, int, int]]], list[str]] | None = None,
 ) -> PrefixQueueResult:
     """Queue one guided prompt per hard prompt of this step (ExTra §3.2).
 
@@ -114,7 +114,8 @@ def queue_prefixes(
         end_ids: EOS/padding ids stripped from a response's end.
         decode: token ids -> text (the policy's tokenizer).
         max_prefix_len: max_prefix_frac * max_response_length, in tokens.
-        decode_many: token id lists -> texts in one call (`text.batch_decoder`); `decode` per text if None.
+        decode_spans: (sources, (source, start, end) spans) -> texts in one call (`text.span_decoder`),
+            each source decoded once however many candidate tails it holds; `decode` per text if None.
     """
     out = PrefixQueueResult()
     if view.entropy is None or view.prompts is None:
@@ -127,7 +128,7 @@ def queue_prefixes(
         if not prefix_lib.is_hard([float(view.correct[i]) for i in idx], cfg.hard_threshold):
             continue
         out.hard_prompts += 1
-        responses = [_strip_tail(view.responses[i].tolist(), end_ids) for i in idx]
+        responses = [_strip_tail(view.responses[i].numpy(), end_ids) for i in idx]
         entropies = [view.entropy[i, : len(r)].numpy() for i, r in zip(idx, responses)]
         cands = prefix_lib.group_candidates(
             responses,
@@ -140,9 +141,15 @@ def queue_prefixes(
         # the ring keeps a prompt's newest `capacity` entries: older candidates would leave it in this
         # very step, so they are neither decoded nor encoded
         hard.append((uid, idx, responses, cands[-memory_of.capacity :]))
-    # one encoder call for every hard prompt of the step
-    tails = [c.tail(cfg.embed_tail_tokens) for *_, cands in hard for c in cands]
-    texts = decode_many(tails) if decode_many is not None else [decode(t) for t in tails]
+    # one encoder call for every hard prompt of the step; a tail is a span of its candidate's response
+    sources, spans = [], []
+    for _, _, responses, cands in hard:
+        spans += [(len(sources) + c.row, max(0, c.length - cfg.embed_tail_tokens), c.length) for c in cands]
+        sources += responses
+    if decode_spans is not None:
+        texts = decode_spans(sources, spans)
+    else:
+        texts = [decode(sources[s][a:b].tolist()) for s, a, b in spans]
     embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
     start = 0
     for uid, idx, responses, cands in hard:

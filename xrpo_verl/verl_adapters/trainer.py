@@ -54,7 +54,7 @@ from xrpo_verl.verl_adapters.micro_batches import padded_cuts, padding_share, so
 from xrpo_verl.verl_adapters.prefixes import PrefixQueueResult, newline_token_ids, queue_prefixes
 from xrpo_verl.verl_adapters.rounds import StepRollouts
 from xrpo_verl.verl_adapters.state import PluginState, prune_orphan_states
-from xrpo_verl.verl_adapters.text import batch_decoder
+from xrpo_verl.verl_adapters.text import span_decoder
 from xrpo_verl.verl_adapters.verl_internals import check_verl
 
 
@@ -71,7 +71,7 @@ class XrpoTrainer(PPOTrainerSync):
         self.xrpo_state = PluginState(self.xrpo_settings)
         self._plugin_s = 0.0  # our own bookkeeping's share of the step, logged as xrpo/time_s/plugin
         self._newlines: set[int] | None = None  # built on first use (scans the vocabulary)
-        self._batch_decode = None  # text.batch_decoder of the tokenizer, built on first use
+        self._span_decode = None  # text.span_decoder of the tokenizer, built on first use
         self._step_rows: dict[str, dict] = {}  # uid -> dataset row submitted this step
 
     # verl's PPOTrainer takes the mode's *semantics* from `self.trainer_mode == "sync"` (the replay
@@ -177,7 +177,7 @@ class XrpoTrainer(PPOTrainerSync):
         if s.use_novelty:
             embed = self.xrpo_state.extra_embedder().encode
             novelty, memory_metrics = novelty_scores(
-                view, self.xrpo_state.novelty, embed, self._decode, s.extra.novelty, decode_many=self._decode_many
+                view, self.xrpo_state.novelty, embed, self._decode, s.extra.novelty, decode_spans=self._decode_spans
             )
             if s.extra.novelty.placement == "before_norm":
                 gate = variance_gate(view, self.xrpo_state.reward_var)
@@ -251,7 +251,7 @@ class XrpoTrainer(PPOTrainerSync):
                 max_prefix_len=int(
                     s.extra.prefix.max_prefix_frac * self.config.actor_rollout_ref.rollout.response_length
                 ),
-                decode_many=self._decode_many,
+                decode_spans=self._decode_spans,
             )
         metrics.update(result.metrics())
         metrics["xrpo/guided/queue_size"] = float(len(self.xrpo_state.guided_queue) if s.use_prefix else 0)
@@ -260,10 +260,10 @@ class XrpoTrainer(PPOTrainerSync):
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _decode_many(self, seqs: list[list[int]]) -> list[str]:
-        if self._batch_decode is None:
-            self._batch_decode = batch_decoder(self.tokenizer)
-        return self._batch_decode(seqs)
+    def _decode_spans(self, sources: list, spans: list[tuple[int, int, int]]) -> list[str]:
+        if self._span_decode is None:
+            self._span_decode = span_decoder(self.tokenizer)
+        return self._span_decode(sources, spans)
 
     # ------------------------------------------------------------------ 4. metrics and checkpoints
     def on_init_end(self):
