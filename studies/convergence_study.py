@@ -709,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("report_only", "out")}
     before = json.loads(before_path.read_text()) if before_path.exists() else None
     (out / "summary.json").write_text(
-        json.dumps({"settings": settings, "before": before, "methods": summary}, indent=1)
+        json.dumps({"settings": settings, "before": before, "methods": summary}, separators=(",", ":"))
     )
     plot(summary, args, out / "convergence.png")
     if before:
