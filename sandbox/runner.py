@@ -51,15 +51,17 @@ def set_rlimits(items: list[tuple[int, int]]) -> None:
 
 
 def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) of the live processes of group `pgid` and of the children they
-    reaped, from /proc: what a wall-clock kill would lose, since a driver killed with its children
-    (g++ and cc1plus) never reaps them and `wait4` reports the driver alone. 0 where /proc is absent."""
+    """CPU seconds (user + system) of the live processes of group `pgid` or descended from its leader,
+    and of the children they reaped, from /proc: what a wall-clock kill would lose, since a driver
+    killed with its children (g++ and cc1plus) never reaps them and `wait4` reports the driver alone.
+    Descendants count though they left the group: bwrap runs its command in a session of its own.
+    0 where /proc is absent."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
     try:
         entries = os.listdir("/proc")
     except OSError:
         return 0.0
+    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, pgrp, clock ticks)
     for name in entries:
         if not name.isdigit():
             continue
@@ -69,9 +71,18 @@ def group_cpu_s(pgid: int) -> float:
         except OSError:
             continue  # gone meanwhile, or not ours to read
         # after the command: state ppid pgrp ... utime(12) stime(13) cutime(14) cstime(15), 0-based here
-        if int(fields[2]) == pgid:
-            total += sum(int(x) for x in fields[11:15])
-    return total / tick
+        procs[int(name)] = (int(fields[1]), int(fields[2]), sum(int(x) for x in fields[11:15]))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    counted = {pid for pid, (_, pgrp, _) in procs.items() if pgrp == pgid}
+    todo = [pgid, *counted]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in counted:
+                counted.add(child)
+                todo.append(child)
+    return sum(procs[pid][2] for pid in counted if pid in procs) / tick
 
 
 def kill_group(pid: int) -> None:
