@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from xrpo_verl.icl_gate import ArmCounts
+from xrpo_verl.verl_adapters.advantage_inputs import view_advantage_parts
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.step_metrics import (
     allocation_metrics,
@@ -195,7 +196,6 @@ def _old_signal_metrics(view, novelty, features, xrpo_cfg, extra_cfg, norm):
 def test_signal_metrics_from_the_parts_equal_the_old_recomputation(estimator, placement, norm):
     """The metrics read the advantage parts the trainer trained on; their values are exactly what
     rerunning the estimator without each feature gave, verl's padding rows (their own uid) apart."""
-    from xrpo_verl import advantages as A
     from xrpo_verl.config import ExTraConfig, XRPOConfig
     from xrpo_verl.verl_adapters.config import ESTIMATOR_FEATURES, PluginSettings
 
@@ -229,15 +229,7 @@ def test_signal_metrics_from_the_parts_equal_the_old_recomputation(estimator, pl
         norm_adv_by_std=norm,
         rollout_n=8,
     )
-    parts = A.advantage_parts(
-        view.scores,
-        view.uids,
-        correct=view.correct,
-        seq_logp_mean=view.seq_logp_mean,
-        novelty=novelty,
-        norm_by_std=norm,
-        **settings.feature_configs(),
-    )
+    parts = view_advantage_parts(view, novelty, None, settings)  # the trainer's one pass
     want = _old_signal_metrics(view, novelty, ESTIMATOR_FEATURES[estimator], settings.xrpo, settings.extra, norm)
     got = signal_metrics(view, parts)
     assert {k: v for k, v in got.items() if k in want} == want
