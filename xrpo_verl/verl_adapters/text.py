@@ -45,12 +45,6 @@ def span_decoder(tokenizer) -> Callable[[Sequence, Sequence[Span]], list[str]]:
     return decode
 
 
-def batch_decoder(tokenizer) -> Callable[[Sequence], list[str]]:
-    """texts = f(sequences), each equal to `tokenizer.decode(ids, skip_special_tokens=True)`."""
-    spans = span_decoder(tokenizer)
-    return lambda seqs: spans(seqs, [(i, 0, len(s)) for i, s in enumerate(seqs)])
-
-
 def _byte_of_char() -> dict[str, int]:
     """GPT-2's reversible byte <-> printable character map, the one `decoders.ByteLevel` inverts."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
