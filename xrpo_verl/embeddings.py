@@ -27,6 +27,13 @@ _GPU = ("auto", "never", "always")
 _NORM_TOL = 1e-3
 
 
+def unit_rows_from_half(stored: np.ndarray) -> np.ndarray:
+    """(m, d) unit rows stored in float16 -> float32 rows of unit norm again (the rounding moves the
+    norm off 1; renormalising keeps 1 - cos of a row with itself second order in it)."""
+    x = np.asarray(stored).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
 def check_unit_rows(name: str, x: np.ndarray, rows: int | None = None) -> np.ndarray:
     """Return `x` as float32 (N, d) after checking every row has unit L2 norm."""
     x = np.asarray(x, dtype=np.float32)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from xrpo_verl.embeddings import check_unit_rows
+from xrpo_verl.embeddings import check_unit_rows, unit_rows_from_half
 
 # d below this counts as 0. 1 - cos of two equal float32 unit vectors is rounding noise, not 0, and
 # before-norm shaping divides by the group max, which would turn that noise into a novelty near 1
@@ -64,7 +64,7 @@ class NoveltyMemory:
         """The (m, d) float32 unit rows `key`'s responses are compared with, oldest first (m = 0 if unseen):
         the stored float16 rows, renormalised."""
         hist = self._mem.get(key)
-        return np.zeros((0, 0), dtype=np.float32) if hist is None else _unit_rows(hist)
+        return np.zeros((0, 0), dtype=np.float32) if hist is None else unit_rows_from_half(hist)
 
     def score(self, keys: Sequence[str], embeddings: np.ndarray, correct: np.ndarray | None = None) -> np.ndarray:
         """r_int per response (see module docstring); does not modify the memory.
@@ -110,7 +110,7 @@ class NoveltyMemory:
                 continue
             if stored.shape[1] != z.shape[1]:
                 raise ValueError(f"embedding dim {z.shape[1]} != stored dim {stored.shape[1]} for key {key!r}")
-            hist = _unit_rows(stored)  # (m, d) float32
+            hist = unit_rows_from_half(stored)  # (m, d) float32
             zi = z[rows]
             sims = zi @ np.concatenate([hist, zi]).T  # (g, m + g)
             m = hist.shape[0]
@@ -147,12 +147,6 @@ class NoveltyMemory:
             )
         # a state written before float16 storage holds float32 rows: cast, as `_push` would have stored them
         self._mem = {str(k): np.asarray(v)[-self.capacity :].astype(STORED_DTYPE) for k, v in d["memory"].items()}
-
-
-def _unit_rows(stored: np.ndarray) -> np.ndarray:
-    """(m, d) stored rows -> float32 rows of unit norm (the float16 rounding moves the norm off 1)."""
-    x = stored.astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 class RewardVarianceEMA:

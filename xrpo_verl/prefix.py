@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from xrpo_verl.embeddings import check_unit_rows
+from xrpo_verl.embeddings import check_unit_rows, unit_rows_from_half
 
 HardThreshold = Literal["all_fail", "at_most_one"]
 _THRESHOLDS = ("all_fail", "at_most_one")
@@ -254,8 +254,7 @@ class _PromptPrefixes:
 
     def embeddings(self) -> np.ndarray:
         """(N, d) float32, renormalised after the float16 round trip."""
-        e = self.emb.astype(np.float32)
-        return e / np.linalg.norm(e, axis=1, keepdims=True)
+        return unit_rows_from_half(self.emb)
 
     def nbytes(self) -> int:
         arrays = (self.sids, self.lengths, self.scores, self.emb, *self.sources.values())
