@@ -6,7 +6,8 @@ What runs for real, each step, on one driver thread (the TaskRunner's):
 - the planner over the step's groups (phased `plan_round`, or `StreamingRounds` fed in completion
   order), and TransferQueue: a real one (Ray, `transfer_queue.init`) holds the step's prompt and
   trajectory entries, and `trajectories.listing` is timed on it;
-- ICL: the corpus takes each success (`ICLCorpus.add_many`) and all-fail prompts retrieve examples;
+- ICL: the corpus takes what the trainer gives it (`corpus_successes`, `ICLCorpus.add_many`) and
+  all-fail prompts retrieve examples;
 - the advantage step: the batch view's novelty scores and memory (`novelty_scores`), the registered
   `xrpo_extra` estimator, `signal_metrics`, then prefix queueing of hard prompts (`queue_prefixes`);
 - the plugin state saved as verl's checkpoint would save it (`PluginState.save`) every
@@ -110,6 +111,7 @@ def compose_config(args):
         f"algorithm.xrpo.planner.selection={args.selection}",
         "algorithm.extra.prefix.warmup_steps=0",
         f"algorithm.extra.prefix.n_suffix={args.rollouts}",
+        *args.override,
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return compose(config_name="xrpo_trainer", overrides=overrides)
@@ -290,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save-every", type=int, default=10, help="verl's save_freq")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override of xrpo_trainer.yaml, after the rehearsal's own (repeatable), e.g. "
+        "algorithm.extra.prefix.memory_prompts=1024",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)  # the token entropies (`build_view`)
@@ -299,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     from xrpo_verl import icl as icl_lib
     from xrpo_verl import planner
     from xrpo_verl.lab import testbed, tiny_model
+    from xrpo_verl.verl_adapters import advantage_inputs
     from xrpo_verl.verl_adapters import step_metrics as M
     from xrpo_verl.verl_adapters.advantage_inputs import novelty_scores
     from xrpo_verl.verl_adapters.config import validate_trainer_config
@@ -338,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             return {"decode_many": text_lib.batch_decoder(tokenizer)}
         return {}
 
+    corpus_successes = getattr(advantage_inputs, "corpus_successes", None)  # older checkouts: None
     novelty_decode_kwargs = batched_decode_kwargs(novelty_scores)
+    icl_decode_kwargs = batched_decode_kwargs(corpus_successes) if corpus_successes is not None else {}
     prefix_decode_kwargs = batched_decode_kwargs(queue_prefixes)
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
@@ -421,17 +433,21 @@ def main(argv: list[str] | None = None) -> int:
         fail = [i for i in range(b) if not groups[i].any()]
         if fail and len(state.corpus):
             state.corpus.retrieve_many([keys[i] for i in fail], [data.texts[qs[i]] for i in fail], k=2)
-        firsts = {}
-        for r in np.flatnonzero(success):
-            if row_keys[r] not in firsts:
-                firsts[row_keys[r]] = r
         prompt_of = {u: i for i, u in enumerate(uids)}
-        examples = [
-            icl_lib.ICLExample(
-                k, data.texts[qs[prompt_of[row_uids[r]]]], decode(responses[r][-1024:].tolist()), step, 1024
+
+        prompt_text = [data.texts[qs[prompt_of[u]]] for u in row_uids].__getitem__  # row -> its question
+        if corpus_successes is not None:  # the trainer's own choice of what the corpus takes
+            examples, _ = corpus_successes(
+                view, prompt_text, decode, step, settings.xrpo.icl.max_example_tokens, **icl_decode_kwargs
             )
-            for k, r in firsts.items()
-        ]
+        else:  # as older trainers did: each prompt's first success, decoded whole
+            firsts = {}
+            for r in np.flatnonzero(success):
+                firsts.setdefault(row_keys[r], r)
+            examples = [
+                icl_lib.ICLExample(k, prompt_text(r), decode(responses[r].tolist()), step, len(responses[r]))
+                for k, r in firsts.items()
+            ]
         state.corpus.add_many(examples)
         spent("icl", tic)
         # --- advantages: novelty, the estimator's one pass, its metrics (as `XrpoTrainer._write_advantages`)
@@ -453,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         # --- prefixes of hard prompts
         tic = now()
         rows = {u: {"reward_model": {"ground_truth": "0"}, "data_source": "rehearsal"} for u in uids}
-        queue_prefixes(
+        queued = queue_prefixes(
             view,
             cfg=settings.extra.prefix,
             state=state,
@@ -493,6 +509,10 @@ def main(argv: list[str] | None = None) -> int:
                 "state_save_s": save_s,
                 "state_mb": state_mb,
                 "rows": len(responses),
+                **{
+                    f"prefix_{k.replace('/', '_')}": queued.metrics().get(f"xrpo/prefix/{k}")
+                    for k in ("hard_prompts", "candidates/mean", "memory/mean", "memory/carried/mean")
+                },
             }
         )
         print(

@@ -230,7 +230,8 @@ class ICLConfig(Config):
         "recent", "Which m successes a prompt keeps: most recent or shortest. [I]"
     )
     max_example_tokens: int = option(
-        1024, "L_ex, longest example solution in tokens; longer ones are skipped, never cut (answer kept). [I]"
+        1024,
+        "L_ex, longest example solution in tokens; longer ones are never cut (answer kept), shown or stored. [I]",
     )
     max_prompt_tokens: int | None = option(
         None, "Cap on the whole ICL prompt in tokens; None means the trainer's max_prompt_length. [I]"

@@ -164,3 +164,16 @@ def test_only_the_tail_the_encoder_sees_is_decoded(hash_encoder):
     # one candidate (the step ending at 5; the last step is never a prefix): its last 3 tokens only
     assert decoded == [[3, 4, NL]]
     assert state.guided_queue.pop_many(1)[0].prefix_ids == [1, 2, 3, 4, NL]  # the guided prefix stays whole
+
+
+def test_carried_counts_the_entries_of_earlier_steps_the_selection_still_ran_over(hash_encoder):
+    """A prompt hard twice with 2 candidates a visit: a ring of 3 carries 1 entry of the first visit
+    into the second's selection, a ring of 2 carries none (the second visit refills it)."""
+    rows = {"u": {"reward_model": {"ground_truth": "0"}, "data_source": "d"}}
+    for capacity, carried in ((3, 1.0), (2, 0.0)):
+        state, cfg = _state(hash_encoder, max_prefixes_per_prompt=capacity)
+        for visit in range(2):
+            view = _view([[1, NL, visit + 2, NL, 3, NL, 4, EOS]], [[1.0] * 8], [0.0], ["u"], ["base"])
+            got = _queue(view, state, cfg, rows)
+        assert got.candidates == [2] and got.memory == [min(capacity, 4)]
+        assert got.metrics()["xrpo/prefix/memory/carried/mean"] == carried

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from xrpo_verl import icl as icl_lib
 from xrpo_verl.config import NoveltyBonusConfig
 from xrpo_verl.novelty import NoveltyMemory, RewardVarianceEMA
 from xrpo_verl.verl_adapters.batch_view import BatchView
@@ -61,6 +62,46 @@ def novelty_scores(
         "xrpo/novelty/correct_distinct": float(distinct),
         "xrpo/novelty/memory_prompts": float(len(memory)),
     }
+
+
+def corpus_successes(
+    view: BatchView,
+    prompt_text: Callable[[int], str],
+    decode: Callable[[list[int]], str],
+    step: int,
+    max_tokens: int,
+    decode_spans: Callable[[list, list[tuple[int, int, int]]], list[str]] | None = None,
+) -> tuple[list[icl_lib.ICLExample], int]:
+    """(one example per prompt with a usable success, prompts whose every success was too long).
+
+    A prompt's example is its first correct row that is not guided (a guided response continues a
+    prefix it did not write) and is at most `max_tokens` long: an ICL prompt never shows a longer
+    solution (`icl.build_icl_prompt`), and a longer one kept would displace a short one from the
+    corpus. `prompt_text(i)` is row i's user text; only the chosen rows are decoded.
+    """
+    chosen: dict[str, int] = {}
+    too_long: set[str] = set()
+    lengths = [int(r.numel()) for r in view.responses]
+    for i in np.flatnonzero((view.correct & view.not_guided).numpy()).tolist():
+        key = view.keys[i]
+        if key in chosen:
+            continue
+        if lengths[i] > max_tokens:
+            too_long.add(key)
+        else:
+            chosen[key] = i
+    rows = list(chosen.values())
+    sources = [view.responses[i].numpy() for i in rows]
+    spans = [(k, 0, len(r)) for k, r in enumerate(sources)]
+    if decode_spans is not None:
+        texts = decode_spans(sources, spans)
+    else:
+        texts = [decode(r.tolist()) for r in sources]
+    examples = [
+        icl_lib.ICLExample(view.keys[i], prompt_text(i), text, step, int(lengths[i]))
+        for i, text in zip(rows, texts, strict=True)
+    ]
+    return examples, len(too_long - chosen.keys())
 
 
 def variance_gate(view: BatchView, ema: RewardVarianceEMA) -> torch.Tensor:

@@ -50,6 +50,9 @@ class PrefixQueueResult:
             "xrpo/prefix/candidates/mean": mean(self.candidates),
             "xrpo/prefix/candidates/max": float(max(self.candidates, default=0)),
             "xrpo/prefix/memory/mean": mean(self.memory),
+            # entries from the prompt's earlier steps that the selection still ran over (the ring keeps
+            # the newest `max_prefixes_per_prompt`, so a visit with that many candidates carries none)
+            "xrpo/prefix/memory/carried/mean": mean([m - c for m, c in zip(self.memory, self.candidates, strict=True)]),
             "xrpo/prefix/chosen_shortest": float(self.chosen_shortest),
             "xrpo/prefix/chosen_lowest_raw": float(self.chosen_lowest_raw),
             "xrpo/prefix/smoothing_tied": float(self.tied),

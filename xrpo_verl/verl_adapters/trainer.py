@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
 import torch
 import transfer_queue as tq
 from omegaconf import DictConfig
@@ -36,12 +35,12 @@ from verl.utils.debug import marked_timer
 from verl.workers.utils.padding import response_to_nested
 
 from xrpo_verl import advantages as adv_lib
-from xrpo_verl import icl as icl_lib
 from xrpo_verl.rewards.sandbox_metrics import step_metrics as reward_step_metrics
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters import step_metrics as M
 from xrpo_verl.verl_adapters import trajectories as T
 from xrpo_verl.verl_adapters.advantage_inputs import (
+    corpus_successes,
     novelty_scores,
     rollout_correction,
     variance_gate,
@@ -221,18 +220,17 @@ class XrpoTrainer(PPOTrainerSync):
             )
             metrics["xrpo/select/recorded"] = float(recorded)
         if s.use_icl:
-            successes: dict[str, icl_lib.ICLExample] = {}
-            for i in np.flatnonzero((view.correct & view.not_guided).numpy()):
-                if view.keys[i] in successes:  # one success per prompt per step; the corpus keeps per_prompt
-                    continue
-                response = view.responses[i]
-                text = self._decode(response.tolist())
-                prompt = R.user_text(view.raw_prompts[i])
-                successes[view.keys[i]] = icl_lib.ICLExample(
-                    view.keys[i], prompt, text, self.global_steps, int(response.numel())
-                )
-            self.xrpo_state.corpus.add_many(list(successes.values()))  # new prompts encoded in one call
+            successes, too_long = corpus_successes(
+                view,
+                lambda i: R.user_text(view.raw_prompts[i]),
+                self._decode,
+                self.global_steps,
+                s.xrpo.icl.max_example_tokens,
+                decode_spans=self._decode_spans,
+            )
+            self.xrpo_state.corpus.add_many(successes)  # new prompts encoded in one call
             metrics["xrpo/icl/corpus_added"] = float(len(successes))
+            metrics["xrpo/icl/corpus_too_long"] = float(too_long)
             metrics["xrpo/icl/corpus_size"] = float(len(self.xrpo_state.corpus))
         metrics.update(M.prefix_mask_metrics(view))
         result = PrefixQueueResult()  # switched off or warming up: exactly zero
