@@ -568,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         "encoder_standin_s_p50": statistics.median(s["encoder_standin_s"] for s in per_step),
         "prefix_memory_prompts": len(state.prefix_memory),
         "novelty_memory_prompts": len(state.novelty),
+        "corpus_prompts": len(state.corpus),
         "per_step": per_step,
     }
     print(json.dumps({k: v for k, v in summary.items() if k not in ("per_step", "rss_gb_by_step")}, indent=1))

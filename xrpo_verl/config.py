@@ -322,7 +322,7 @@ class PrefixConfig(Config):
         "of a text that fits its window, so the rest is never decoded (as the novelty bonus's tail_tokens). [I]",
     )
     memory_prompts: int = option(
-        2048,
+        1024,
         "Prompts the prefix memory holds at most; the one hard least recently is dropped first (the released "
         "code keeps every prompt ever hard, which grows with the run). [I]",
     )
