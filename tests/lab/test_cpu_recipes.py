@@ -22,6 +22,7 @@ PARTS = {
     "xrpo_select": (True, True, True, False, False),
     "xrpo_bare_icl": (True, True, True, False, False),
     "xrpo_select_bare_icl": (True, True, True, False, False),
+    "xrpo_no_icl": (True, False, True, False, False),
     "pilot_commit": (False, False, False, False, False),
 }
 
