@@ -323,3 +323,18 @@ def test_select_by_signal_keeps_the_largest_and_breaks_ties_at_random():
 def test_selection_rejects_bad_input(call, needle):
     with pytest.raises(ValueError, match=needle):
         call()
+
+
+def test_streaming_counts_what_the_last_decision_of_the_round_hands_out():
+    """q0 (mixed) takes 2 of the round's 6, q1 (all pass) none, and q2, the last, only its headroom
+    n_max - n_base = 3: the 1 left goes by Pi to a prompt with room when q2 decides, the one release
+    that waits for the slowest prompt of the step (`released_at_close`)."""
+    cfg = PlannerConfig(n_base=2, n_avg=4, n_max=5, rounds=1)
+    plan = P.StreamingRounds(3, cfg)
+    assert plan.back(0, [1.0, 0.0]) == {0: 2} and plan.back(1, [1.0, 1.0]) == {}
+    assert plan.back(2, [0.0, 0.0]) == {2: 3}
+    assert plan.released_at_close == 1 and plan.deferred.tolist() == [1, 0, 0]  # q0 gets it when back
+    even = P.StreamingRounds(3, cfg)
+    for q, rewards in ((1, [1.0, 1.0]), (2, [0.0, 0.0]), (0, [1.0, 0.0])):
+        even.back(q, rewards)
+    assert even.released_at_close == 0 and even.issued.tolist() == [4, 4, 4]

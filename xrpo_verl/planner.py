@@ -362,6 +362,7 @@ class StreamingRounds:
         self.known: list[list[float]] = [[] for _ in range(num_prompts)]
         self.per_round = [0] * len(self.left)  # rollouts handed out in round r (metrics)
         self.deferred = np.zeros(num_prompts, dtype=np.int64)  # decided for a prompt still in flight
+        self.released_at_close = 0  # rollouts the last decision of round R handed to every prompt (metrics)
 
     @property
     def done(self) -> bool:
@@ -414,6 +415,7 @@ class StreamingRounds:
                     for p, e in enumerate(extra):
                         issue(p, e)
                     self.per_round[r] += sum(extra)
+                    self.released_at_close += int(sum(extra))
                 self.left[r] = 0
             self.per_round[r] += k
         return out

@@ -85,6 +85,19 @@ def test_streaming_spends_the_budget_without_the_phased_barriers(results):
     assert results["xrpo"]["gen_time_ratio_vs_uniform"] > 1.05
 
 
+def test_the_release_that_waits_for_the_last_prompt_costs_no_generation_time():
+    """What caps leave of the round goes out when the step's last prompt decides. With n_max = n_avg
+    + 1 that release is large, yet while the engine's queue holds many times its slots it ends with
+    the rest; with the default headroom it does not happen."""
+    tight = replace(SMALL, steps=8, planner=replace(SMALL.planner, n_max=SMALL.n_avg + 1))
+    stream, uni = simulate("xrpo_streaming", tight, POOL), simulate("uniform", tight, POOL)
+    assert stream["released_at_close_per_step"] > 0.05 * tight.batch_prompts
+    assert stream["rollouts_per_step"] == tight.batch_prompts * tight.n_avg
+    assert stream["gen_time_per_step"] < 1.02 * uni["gen_time_per_step"]
+    assert simulate("xrpo_streaming", replace(SMALL, steps=8), POOL)["released_at_close_per_step"] == 0
+    assert uni["released_at_close_per_step"] == 0
+
+
 def test_streaming_with_one_round_keeps_the_phased_planners_gain():
     """The issue's bar: streaming keeps >= 95% of the phased planner's (R = 2) gain over uniform in
     the share of rollouts in mixed groups, at uniform's generation time. The RMSE gain is a few

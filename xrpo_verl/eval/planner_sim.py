@@ -131,6 +131,7 @@ class StepStats:
     sq_error_sum: float  # sum over estimated prompts of (rbar_q - p_q)^2
     prompts_estimated: int  # prompts with an estimate
     gen_time: float  # generation time of the step, in median-response units
+    released_at_close: int = 0  # streaming: rollouts held back until the last prompt decided round R
 
 
 def sample_pool(cfg: PoolConfig, rng: np.random.Generator) -> np.ndarray:
@@ -231,7 +232,7 @@ def streaming_step(p: np.ndarray, cfg: SimConfig, rng: np.random.Generator, len_
         if len(known[q]) == plan.issued[q]:
             for other, k in plan.back(q, known[q]).items():
                 submit(other, k)
-    return _stats([np.asarray(g) for g in known], p, now)
+    return replace(_stats([np.asarray(g) for g in known], p, now), released_at_close=plan.released_at_close)
 
 
 def dapo_step(pool: np.ndarray, cfg: SimConfig, rng: np.random.Generator, len_rng=None) -> StepStats:
@@ -280,6 +281,7 @@ def simulate(strategy: Strategy, sim: SimConfig = SimConfig(), pool_cfg: PoolCon
         "rollouts_per_step": total.rollouts / sim.steps,
         "budget_per_step": sim.batch_prompts * sim.n_avg,
         "gen_time_per_step": total.gen_time / sim.steps,
+        "released_at_close_per_step": total.released_at_close / sim.steps,
     }
 
 
