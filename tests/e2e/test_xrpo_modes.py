@@ -216,6 +216,7 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
     budgets = round_budgets(4, 4, 2, 2)  # B=4, n_avg=n=4, n_base=n/2, R=2 (launch.xrpo_sizes, xrpo_r2.yaml)
     for m in metrics.values():
         assert m["xrpo/round_1/rollouts"] + m["xrpo/round_2/rollouts"] == sum(budgets[1:])
+        assert 0 <= m["xrpo/streaming/released_at_close"] <= m["xrpo/round_2/rollouts"]
         assert m["timing_s/xrpo_streaming"] > 0 and "timing_s/xrpo_round_1" not in m  # no phased barrier
         assert 0 < m["xrpo/round_0/back_s"] <= m["xrpo/round_2/back_s"]
         assert m["xrpo/gen/in_flight_peak"] >= budgets[0]

@@ -262,6 +262,7 @@ class StepRollouts:
             raise RuntimeError("streaming rounds ended with rollouts still to issue; a group came back twice")
         metrics = {f"xrpo/round_{r}/rollouts": float(n) for r, n in enumerate(plan.per_round) if r > 0}
         metrics.update({f"xrpo/round_{r}/back_s": t for r, t in enumerate(back_s)})
+        metrics["xrpo/streaming/released_at_close"] = float(plan.released_at_close)  # waited for the last prompt
         metrics.update(self._icl_outcome(icl, ledger))
         metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
         return metrics
