@@ -23,6 +23,7 @@ PARTS = {
     "xrpo_bare_icl": (True, True, True, False, False),
     "xrpo_select_bare_icl": (True, True, True, False, False),
     "xrpo_no_icl": (True, False, True, False, False),
+    "xrpo_bare_icl_novelty": (True, True, True, True, False),
     "pilot_commit": (False, False, False, False, False),
 }
 
