@@ -44,10 +44,12 @@ alone (`state_mb_by_component`).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import pickle
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -354,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix_decode_kwargs = batched_decode_kwargs(queue_prefixes)
     advantage_step = advantage_pass(cfg, settings)
     ckpt = Path(tempfile.mkdtemp(prefix="xrpo-rehearsal-"))
+    atexit.register(shutil.rmtree, ckpt, True)  # hundreds of MB of states at cluster size
 
     def now() -> tuple[float, float]:
         """Wall and CPU clocks less the stand-in encoder's: a part's time is the plugin's own. The CPU
