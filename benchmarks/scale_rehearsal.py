@@ -484,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             **prefix_decode_kwargs,
         )
         spent("prefixes", tic)
+        prefix_metrics = queued.metrics()
         # --- checkpoint
         save_s, state_mb = 0.0, None
         if step % args.save_every == 0 or step == args.steps:
@@ -513,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                 "state_mb": state_mb,
                 "rows": len(responses),
                 **{
-                    f"prefix_{k.replace('/', '_')}": queued.metrics().get(f"xrpo/prefix/{k}")
+                    f"prefix_{k.replace('/', '_')}": prefix_metrics.get(f"xrpo/prefix/{k}")
                     for k in ("hard_prompts", "candidates/mean", "memory/mean", "memory/carried/mean")
                 },
             }

@@ -20,6 +20,7 @@ from xrpo_verl import icl as icl_lib
 from xrpo_verl.config import NoveltyBonusConfig
 from xrpo_verl.novelty import NoveltyMemory, RewardVarianceEMA
 from xrpo_verl.verl_adapters.batch_view import BatchView
+from xrpo_verl.verl_adapters.text import decode_each_span
 
 
 def novelty_scores(
@@ -42,10 +43,7 @@ def novelty_scores(
         return novelty, {}
     responses = [view.responses[i].numpy() for i in idx]  # views: numpy's len and slices cost ~nothing
     spans = [(k, max(0, len(r) - cfg.tail_tokens), len(r)) for k, r in enumerate(responses)]
-    if decode_spans is not None:
-        tails = decode_spans(responses, spans)  # one call
-    else:
-        tails = [decode(responses[k][a:b].tolist()) for k, a, b in spans]
+    tails = decode_each_span(responses, spans, decode, decode_spans)
     emb = encode(tails)
     keys = [view.keys[i] for i in idx]
     raw = memory.score_then_update(keys, emb)
@@ -93,10 +91,7 @@ def corpus_successes(
     rows = list(chosen.values())
     sources = [view.responses[i].numpy() for i in rows]
     spans = [(k, 0, len(r)) for k, r in enumerate(sources)]
-    if decode_spans is not None:
-        texts = decode_spans(sources, spans)
-    else:
-        texts = [decode(r.tolist()) for r in sources]
+    texts = decode_each_span(sources, spans, decode, decode_spans)
     examples = [
         icl_lib.ICLExample(view.keys[i], prompt_text(i), text, step, int(lengths[i]))
         for i, text in zip(rows, texts, strict=True)

@@ -20,6 +20,7 @@ from xrpo_verl.config import PrefixConfig
 from xrpo_verl.verl_adapters import rows as R
 from xrpo_verl.verl_adapters.batch_view import BatchView
 from xrpo_verl.verl_adapters.state import PluginState
+from xrpo_verl.verl_adapters.text import decode_each_span
 
 # Rows whose token entropies are those of the plain prompt: ICL rows are conditioned on the examples.
 CANDIDATE_KINDS = ("base", "round")
@@ -149,10 +150,7 @@ def queue_prefixes(
     for _, _, responses, cands in hard:
         spans += [(len(sources) + c.row, max(0, c.length - cfg.embed_tail_tokens), c.length) for c in cands]
         sources += responses
-    if decode_spans is not None:
-        texts = decode_spans(sources, spans)
-    else:
-        texts = [decode(sources[s][a:b].tolist()) for s, a, b in spans]
+    texts = decode_each_span(sources, spans, decode, decode_spans)
     embeddings = state.extra_embedder().encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
     start = 0
     for uid, idx, responses, cands in hard:

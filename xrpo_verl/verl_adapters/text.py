@@ -27,6 +27,18 @@ import numpy as np
 Span = tuple[int, int, int]  # (source, start, end): the tokens sources[source][start:end]
 
 
+def decode_each_span(
+    sources: Sequence,
+    spans: Sequence[Span],
+    decode: Callable[[list[int]], str],
+    decode_spans: Callable[[Sequence, Sequence[Span]], list[str]] | None = None,
+) -> list[str]:
+    """The text of every span: in one call with `decode_spans` (a `span_decoder`), else `decode` one by one."""
+    if decode_spans is not None:
+        return decode_spans(sources, spans)
+    return [decode(sources[s][a:b].tolist()) for s, a, b in spans]
+
+
 def span_decoder(tokenizer) -> Callable[[Sequence, Sequence[Span]], list[str]]:
     """texts = f(sources, spans): texts[k] = tokenizer.decode(sources[s][a:b], skip_special_tokens=True)
     for spans[k] = (s, a, b); sources are token id sequences (lists, numpy or torch int arrays)."""
