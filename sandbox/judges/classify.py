@@ -7,16 +7,22 @@ import signal
 
 from ..verdict import Limits, RunResult, RunStatus, Verdict
 
-CPU_KILL_FRACTION = 0.8
-"""A SIGKILL after at least this share of the CPU limit is the limit's kill (TLE): on a loaded
-machine the CPU time accounted to a busy loop killed at its limit can fall short of the limit, as
-seen in CI; a share this high is still no other kill's."""
+CPU_KILL_FRACTION = 0.5
+"""A SIGKILL after at least this share of the CPU limit is the limit's kill (TLE). The kernel checks
+RLIMIT_CPU against tick-charged time, which on a loaded host charges a whole tick to whichever task
+is running when it falls, while the rusage we read is the precise run time: a busy loop killed at
+its limit has shown 0.9 and then 0.8 of it in CI as the load grew. Half the limit is still no
+self-kill's of an ordinary program, and TLE and RE score alike."""
 
 BUSY_CPU_SHARE = 0.1
 """A run the wall clock stopped is *starved* when it was computing (its CPU time is at least this
 share of its wall time) but still under its CPU limit: on a loaded host its CPU went to other
 processes. A program that sleeps or waits on nothing uses almost no CPU, so it stays below this
 share and is TLE at the first wall clock whatever the load."""
+
+STARVED_CPU_FRACTION = 0.8
+"""A run the wall clock stopped with at least this share of its CPU limit used is TLE, not starved:
+it was about to reach the limit, and a rerun would only spend the wall clock again."""
 
 STARVED_WALL_FACTOR = 1 / (2 * BUSY_CPU_SHARE)
 """How much more wall clock the judge gives a starved run, once; what that stops is TLE. The wall
@@ -60,7 +66,7 @@ def starved(r: RunResult, limits: Limits) -> bool:
     """The wall clock stopped a run that was computing, short of its CPU limit (BUSY_CPU_SHARE)."""
     return (
         r.status is RunStatus.TIMEOUT
-        and r.cpu_s < CPU_KILL_FRACTION * limits.cpu_s
+        and r.cpu_s < STARVED_CPU_FRACTION * limits.cpu_s
         and r.cpu_s >= BUSY_CPU_SHARE * r.wall_s
     )
 

@@ -89,6 +89,7 @@ LIM = Limits(cpu_s=1, wall_s=3, memory_mb=256 + RUNTIME_SLACK_MB)
         (RunResult(RunStatus.TIMEOUT, cpu_s=0.1), Verdict.TLE),
         (RunResult(RunStatus.SIGNALED, signal=signal.SIGKILL, cpu_s=1.0), Verdict.TLE),  # RLIMIT_CPU
         (RunResult(RunStatus.SIGNALED, signal=signal.SIGKILL, cpu_s=0.897), Verdict.TLE),  # seen under load
+        (RunResult(RunStatus.SIGNALED, signal=signal.SIGKILL, cpu_s=0.795), Verdict.TLE),  # under more load
         (RunResult(RunStatus.SIGNALED, signal=signal.SIGKILL, cpu_s=0.1, memory_mb=20.0), Verdict.RE),  # a self-kill
         (RunResult(RunStatus.OUTPUT_LIMIT), Verdict.OLE),
         (RunResult(RunStatus.EXITED, exit_code=1, stderr=b"...\nMemoryError\n"), Verdict.MLE),
