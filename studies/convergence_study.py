@@ -653,6 +653,16 @@ def check_model(out: Path, setting) -> None:
         )
 
 
+def summarized_methods(args) -> list[str]:
+    """The methods a run's `summary.json` and plot cover: with --report-only the ones named, else
+    also those the set's summary covered before, so training one method keeps the others' rows."""
+    path = Path(args.out) / "summary.json"
+    if args.report_only or not path.exists():
+        return list(args.methods)
+    before = json.loads(path.read_text()).get("settings", {}).get("methods", [])
+    return list(dict.fromkeys([*before, *args.methods]))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
@@ -702,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             for method in args.methods:
                 run_one(method, seed, args)
+    args.methods = summarized_methods(args)
     summary = summarize(args)
     if not summary:
         print(f"no finished runs under {args.out}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """The convergence study's bookkeeping (studies/convergence_study.py): the numbers RESULTS.md
 reports come from these functions, so they are checked on hand-computed cases."""
 
+import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +240,14 @@ def test_a_seed_joins_only_the_runs_of_its_own_configuration(tmp_path):
         study.check_command(
             vllm / "seed1", command(vllm / "seed1", "planner.rounds=2", phased, "actor_rollout_ref.rollout.name=vllm")
         )
+
+
+def test_a_training_run_keeps_the_other_methods_in_the_sets_summary(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"settings": {"methods": ["grpo", "dapo"]}}))
+    args = argparse.Namespace(out=str(tmp_path), methods=["xrpo", "grpo"], report_only=False)
+    assert study.summarized_methods(args) == ["grpo", "dapo", "xrpo"]
+    args.report_only = True  # the report names what it covers
+    assert study.summarized_methods(args) == ["xrpo", "grpo"]
+    (tmp_path / "summary.json").unlink()
+    args.report_only = False
+    assert study.summarized_methods(args) == ["xrpo", "grpo"]
