@@ -224,7 +224,10 @@ def test_concurrent_judging_from_many_threads(backend):
         t.start()
     for t in threads:
         t.join()
-    assert [r.verdict for r in results] == [Verdict.AC] * 8, [r.to_dict() for r in results]
+    # the message shows only the runs that were not AC, whole: pytest truncates a long one
+    assert [r.verdict for r in results] == [Verdict.AC] * 8, [
+        r.to_dict() for r in results if r.verdict is not Verdict.AC
+    ]
     assert _no_sandbox_processes(backend)
 
 
