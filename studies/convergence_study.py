@@ -69,6 +69,7 @@ SERIES = (
     "xrpo/icl/reliance_seq",
     "xrpo/icl/reliance_token",
     "xrpo/icl/reliance_floor_token",
+    "xrpo/alloc/fail_floor_rollouts",
 )
 # Kept in done.json beside SERIES though the report reads none of them: the code task's sandbox
 # accounting per step, from which RESULTS computes the sandbox's share of the step. With them a
@@ -540,6 +541,44 @@ def breadth_report(summary: dict, before: dict | None, k: int) -> str:
     return "\n".join(lines)
 
 
+HARD_BEFORE, LEARNED_AFTER = 0.25, 0.3  # a family's held-out mean@k before / after training (diagnostic)
+
+
+def hard_families_learned(before: list[float], after: list[float], families: list[str]) -> tuple[int, int]:
+    """Testbed: of the families whose held-out mean@k is below HARD_BEFORE before training (those
+    whose offset the model must find), how many end above LEARNED_AFTER; a family's accuracy is
+    nearly all or nothing, since one offset decides every sum of it. (learned, hard)"""
+    fam = np.asarray(families)
+    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    hard = [f for f in sorted(set(families)) if b[fam == f].mean() < HARD_BEFORE]
+    return sum(a[fam == f].mean() > LEARNED_AFTER for f in hard), len(hard)
+
+
+def families_report(summary: dict, before: dict, args) -> str:
+    """Per method, the hard families each seed learned (`hard_families_learned`), and the paired
+    difference from GRPO's. A diagnostic added at stop 52, after the results it explains."""
+    from xrpo_verl.lab import learning_setting
+
+    k = f"mean@{args.k}"
+    setting = study_setting(args)
+    families = [p.family for p in learning_setting.heldout_problems(setting, setting.n_eval)]
+    learned = {
+        m: [hard_families_learned(before[k]["per_problem"], a[k], families)[0] for a in s["after_per_problem"]]
+        for m, s in summary.items()
+    }
+    hard = hard_families_learned(before[k]["per_problem"], before[k]["per_problem"], families)[1]
+    vs = paired_with(summary, "grpo", {m: [float(x) for x in v] for m, v in learned.items()})
+    lines = [
+        f"| method | seeds | hard families learned, of {hard} (per seed) | mean | − GRPO's, same seed [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
+    for m, v in learned.items():
+        d = vs.get(m)
+        cell = f"{d[0]:+.1f} [{d[1]:+.1f}, {d[2]:+.1f}]" if d else "—"
+        lines.append(f"| {m} | {len(v)} | {' '.join(map(str, v))} | {np.mean(v):.1f} | {cell} |")
+    return "\n".join(lines)
+
+
 # (column, metrics, format, the part that logs them: `launch.PARTS`, or None for every method)
 PART_COLUMNS = (
     ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}", "planner"),
@@ -734,6 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         print(seeds_report(summary, before, args.k))
     if args.breadth_k:
         print(breadth_report(summary, before, args.breadth_k))
+    if before and args.setting in ("testbed", "testbed_epochs"):
+        print(families_report(summary, before, args))
     return 0
 
 

@@ -251,3 +251,13 @@ def test_a_training_run_keeps_the_other_methods_in_the_sets_summary(tmp_path):
     (tmp_path / "summary.json").unlink()
     args.report_only = False
     assert study.summarized_methods(args) == ["xrpo", "grpo"]
+
+
+def test_hard_families_learned_counts_the_families_that_started_below_and_ended_above():
+    """a and b start hard (below 0.25), c does not; a ends learned, b stays unlearned, and c's level
+    is never counted."""
+    families = ["a", "a", "b", "b", "c", "c"]
+    before = [0.0, 0.25, 0.25, 0.0, 0.5, 1.0]
+    after = [0.75, 0.5, 0.25, 0.25, 0.0, 0.0]
+    assert study.hard_families_learned(before, after, families) == (1, 2)
+    assert study.hard_families_learned(before, before, families) == (0, 2)

@@ -338,3 +338,42 @@ def test_streaming_counts_what_the_last_decision_of_the_round_hands_out():
     for q, rewards in ((1, [1.0, 1.0]), (2, [0.0, 0.0]), (0, [1.0, 0.0])):
         even.back(q, rewards)
     assert even.released_at_close == 0 and even.issued.tolist() == [4, 4, 4]
+
+
+# ---------------------------------------------------------------- the fail floor (issue 46)
+
+
+def test_fail_floor_tops_unsolved_prompts_up_to_f_before_pi_splits_the_rest():
+    """B = 3 at n_base = 4, N_1 = 12: the all-fail q1 first gets f - 4 = 4, and the 8 left go by Pi
+    to the mixed q0 (the all-pass q2 has Pi = phi only); without the floor q1 gets phi's share only."""
+    rewards = [[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
+    off = P.plan_round(rewards, 12, PlannerConfig(n_base=4, n_avg=8, n_max=16, rounds=1))
+    on = P.plan_round(rewards, 12, PlannerConfig(n_base=4, n_avg=8, n_max=16, rounds=1, fail_floor=8))
+    assert off.floor == [0, 0, 0] and off.extra[1] < 4
+    assert on.floor == [0, 4, 0] and on.extra[1] >= 4
+    rest = P.allocate_by_priority(on.diagnostics.priority, 8, [12, 4, 12])
+    assert on.extra == [rest[0], 4 + rest[1], rest[2]]
+    assert sum(on.extra) == sum(off.extra) == 12
+
+
+def test_fail_floor_cut_evenly_when_the_round_cannot_pay_it_and_capped_by_n_max():
+    assert P.fail_floor_shares([True, True, False], [2, 2, 2], 8, 7, n_max=16) == [4, 3, 0]
+    assert P.fail_floor_shares([True, True], [2, 5], 8, 100, n_max=6) == [4, 1]
+    assert P.fail_floor_shares([True, False], [2, 2], 0, 100, n_max=6) == [0, 0]
+    with pytest.raises(ValueError, match="fail_floor"):
+        PlannerConfig(n_base=2, n_avg=4, n_max=6, fail_floor=7)
+
+
+def test_streaming_fail_floor_gives_an_unsolved_prompt_its_top_up_whatever_comes_back_first():
+    """The mixed q0 comes back first and would take most of the round; the all-fail q1, back second,
+    still gets its f - n_base = 2 from the round's budget, and the step spends B * n_avg."""
+    cfg = PlannerConfig(n_base=2, n_avg=4, n_max=8, rounds=1, fail_floor=4)
+    plan = P.StreamingRounds(3, cfg)
+    first = plan.back(0, [1.0, 0.0])
+    assert plan.back(1, [0.0, 0.0])[1] >= 2
+    plan.back(2, [1.0, 1.0])
+    assert plan.floor_rollouts == 2 and first[0] >= 2
+    assert int(plan.issued.sum() + plan.deferred.sum()) == 3 * cfg.n_avg
+    plain = P.StreamingRounds(3, PlannerConfig(n_base=2, n_avg=4, n_max=8, rounds=1))
+    plain.back(0, [1.0, 0.0])
+    assert plain.back(1, [0.0, 0.0]).get(1, 0) < 2 and plain.floor_rollouts == 0

@@ -152,6 +152,11 @@ class PlannerConfig(Config):
     smoothed_std: bool = option(
         False, "Replace s_q by sqrt(p(1-p)), p = (sum r + 0.5)/(n+1), so all-fail != all-pass. Not from the paper. [I]"
     )
+    fail_floor: int = option(
+        0,
+        "f, rollouts a prompt with no success yet this step gets before Pi_q splits the rest of a round; "
+        "0 = off (the paper). n_avg keeps GRPO's fresh rollouts on hard prompts. [I] (docs/algorithms.md)",
+    )
     schedule: Literal["auto", "phased", "streaming"] = option(
         "auto",
         "phased: each round waits for every rollout of the last (the paper); streaming: a prompt's next round "
@@ -182,6 +187,7 @@ class PlannerConfig(Config):
         check_range("PlannerConfig.alpha", self.alpha, lo=0, hi=1, lo_open=True, hi_open=True)
         check_range("PlannerConfig.lam", self.lam, lo=0)
         check_range("PlannerConfig.shrink_steps", self.shrink_steps, lo=1)
+        check_range("PlannerConfig.fail_floor", self.fail_floor, lo=0)
         check_range("PlannerConfig.candidates", self.candidates, lo=1)
         check_range("PlannerConfig.history_half_life", self.history_half_life, lo=0)
         check_range("PlannerConfig.pilot_rollouts", self.pilot_rollouts, lo=1)
@@ -197,6 +203,8 @@ class PlannerConfig(Config):
                 f"PlannerConfig needs n_base <= n_avg <= n_max, got n_base={self.n_base}, "
                 f"n_avg={self.n_avg}, n_max={self.n_max}"
             )
+        if self.fail_floor > self.n_max:
+            raise ValueError(f"PlannerConfig.fail_floor = {self.fail_floor} exceeds n_max = {self.n_max}")
         if self.rounds == 0 and self.n_avg != self.n_base:
             raise ValueError(f"PlannerConfig.rounds = 0 leaves n_avg - n_base = {self.n_avg - self.n_base} unspent")
 

@@ -14,6 +14,16 @@ starts from the same T, so its bonus does not grow over training (docs/algorithm
 Groups of one (n_q = 1) have no variance estimate and the t-quantile needs df >= 1, so we set
 s_q := 0 for them: Delta_q = 0 and Pi_q = phi_q (our rule [I], like a zero-variance group).
 
+The fail floor (ours [I], issue 46; off by default). Pi_q gives a prompt whose rollouts all failed
+only phi_q, since s_q = 0, so the rounds move its share of the budget to mixed prompts, and a hard
+prompt gets fewer fresh chances to be solved at all than GRPO's n_avg. With floor f > 0, a round
+first gives each prompt with no positive reward yet
+
+    F_q = min(f - n_q, n_max - n_q)^+                  its top-up to f (cut evenly if sum F_q > N_r)
+
+and splits what is left of N_r by Pi_q, so the redistribution draws on all-pass and mixed prompts
+only. f = n_avg keeps GRPO's rollouts on every prompt that is still unsolved this step.
+
 `plan_round` is one planner round as the trainer and the simulation run it.
 
 Streaming allocation (ours [I], for engines with continuous batching): the same Pi_q, evaluated
@@ -219,6 +229,29 @@ def allocate_by_priority(priority: Sequence[float], budget: int, headroom: Seque
     return capped.tolist()
 
 
+def fail_floor_shares(unsolved: Sequence[bool], n: Sequence[int], floor: int, budget: int, n_max: int) -> list[int]:
+    """F_q, the rollouts a round gives unsolved prompts before Pi_q splits the rest (module docstring).
+
+    Args:
+        unsolved: (Q,), no rollout of q has a positive reward yet this step.
+        n: n_q (Q,), rollouts of q this step.
+        floor: f; 0 gives all zeros.
+        budget: N_r; when sum F_q exceeds it, it is split evenly over the unsolved prompts (lower
+            index first on the remainder), each up to its F_q.
+        n_max: the per-prompt cap.
+    Returns:
+        F_q (Q,), summing to at most `budget`.
+    """
+    n = np.asarray(n, dtype=np.int64).reshape(-1)
+    mask = np.asarray(unsolved, dtype=bool).reshape(-1)
+    if mask.shape != n.shape:
+        raise ValueError(f"unsolved has {mask.size} entries but n has {n.size}")
+    want = np.where(mask, np.clip(np.minimum(floor, n_max) - n, 0, None), 0)
+    if want.sum() <= budget:
+        return want.tolist()
+    return allocate_by_priority(mask.astype(np.float64), budget, want)
+
+
 def round_budgets(num_prompts: int, n_avg: int, n_base: int, rounds: int) -> list[int]:
     """Phased plan: [B*n_base, N_1, ..., N_R] where the R rounds share B*(n_avg - n_base).
 
@@ -243,10 +276,11 @@ def round_budgets(num_prompts: int, n_avg: int, n_base: int, rounds: int) -> lis
 class RoundPlan:
     """One planner round: extra rollouts per prompt and the statistics behind them."""
 
-    extra: list[int]  # k_q, rollouts to add to prompt q this round
+    extra: list[int]  # k_q, rollouts to add to prompt q this round (its floor top-up included)
     diagnostics: PriorityDiagnostics  # n_q, Delta_q, phi_q, Pi_q before the round
     all_fail: list[bool]  # no rollout of q has a positive reward yet (XRPO §2.3: ICL candidates)
     step_rollouts: int  # T of phi_q: rollouts generated so far this step
+    floor: list[int]  # F_q, the part of k_q the fail floor gave (zeros with the floor off)
 
 
 def plan_round(rewards: Sequence[Sequence[float]], budget: int, cfg: PlannerConfig) -> RoundPlan:
@@ -274,9 +308,11 @@ def plan_round(rewards: Sequence[Sequence[float]], budget: int, cfg: PlannerConf
     if over.size:
         raise ValueError(f"prompts {over.tolist()} already have more than n_max = {cfg.n_max} rollouts")
     weight = d.priority if cfg.allocation == "priority" else np.ones_like(d.priority)
-    extra = allocate_by_priority(weight, budget, cfg.n_max - d.n)
     all_fail = [bool(np.max(g) <= 0) for g in groups]
-    return RoundPlan(extra=extra, diagnostics=d, all_fail=all_fail, step_rollouts=step_rollouts)
+    floor = np.asarray(fail_floor_shares(all_fail, d.n, cfg.fail_floor, budget, cfg.n_max), dtype=np.int64)
+    rest = allocate_by_priority(weight, budget - int(floor.sum()), cfg.n_max - d.n - floor)
+    extra = (floor + np.asarray(rest, dtype=np.int64)).tolist()
+    return RoundPlan(extra=extra, diagnostics=d, all_fail=all_fail, step_rollouts=step_rollouts, floor=floor.tolist())
 
 
 def in_flight_priority(
@@ -363,6 +399,7 @@ class StreamingRounds:
         self.per_round = [0] * len(self.left)  # rollouts handed out in round r (metrics)
         self.deferred = np.zeros(num_prompts, dtype=np.int64)  # decided for a prompt still in flight
         self.released_at_close = 0  # rollouts the last decision of round R handed to every prompt (metrics)
+        self.floor_rollouts = 0  # rollouts the fail floor gave (metrics)
 
     @property
     def done(self) -> bool:
@@ -378,6 +415,19 @@ class StreamingRounds:
             return np.ones(qs.size)
         d = in_flight_priority([self.known[q] for q in qs], self.issued[qs], step=int(self.issued.sum()), cfg=self.cfg)
         return d.priority
+
+    def _floor_top_up(self, q: int, r: int, room: int) -> int:
+        """F_q for q deciding round r, drawn from round r's budget first, then from the later rounds'."""
+        if not self.cfg.fail_floor or max(self.known[q]) > 0:
+            return 0
+        need = max(min(self.cfg.fail_floor - int(self.issued[q]), room), 0)
+        got = 0
+        for later in range(r, len(self.left)):
+            take = min(need - got, self.left[later])
+            self.left[later] -= take
+            got += take
+        self.floor_rollouts += got
+        return got
 
     def back(self, q: int, rewards: Sequence[float]) -> dict[int, int]:
         """q's rewards, all k_q of them; returns {prompt: rollouts to issue now}."""
@@ -401,9 +451,12 @@ class StreamingRounds:
             r = self.round_of[q] = self.round_of[q] + 1
             pi = float(self._priority(np.array([q]))[0])
             undecided = int(np.sum(self.round_of < r))
-            k = streaming_share(pi, self.left[r], self.decided[r], undecided, self.cfg.n_max - int(self.issued[q]))
+            room = self.cfg.n_max - int(self.issued[q])
+            top = self._floor_top_up(q, r, room)
+            k = streaming_share(pi, self.left[r], self.decided[r], undecided, room - top)
             self.decided[r].append(pi)
             self.left[r] -= k
+            k += top
             issue(q, k)
             if undecided == 0:  # q closes round r
                 if r < self.cfg.rounds:

@@ -150,7 +150,7 @@ def test_every_fixed_budget_strategy_spends_exactly_b_times_n(selection):
         if s == "pilot_commit":
             continue
         assert max(r[s]["rollouts_per_step"] for r in selection) <= budget, s
-    for s in ("uniform", "xrpo", "skip", "history", "history_xrpo", "oracle"):
+    for s in ("uniform", "xrpo", "xrpo_floor", "skip", "history", "history_xrpo", "oracle"):
         assert all(r[s]["rollouts_per_step"] == budget for r in selection), s
 
 
@@ -176,6 +176,18 @@ def test_pilot_commit_trains_only_groups_its_pilot_found_mixed_but_pays_for_the_
     the discarded pilots make it generate more than B * n a step."""
     assert all(r["pilot_commit"]["mixed_groups_per_step"] == EPOCHS.batch_prompts for r in selection)
     assert _mean(selection, "pilot_commit", "rollouts_per_step") > 1.3 * EPOCHS.batch_prompts * EPOCHS.rollouts
+
+
+def test_the_fail_floor_gives_hard_prompts_back_the_lucky_solves_the_planner_takes(selection):
+    """XRPO's planner moves rollouts off all-fail prompts, so hard prompts are solved by luck less
+    often than under uniform; the fail floor gives them back at most of the planner's gain in mixed
+    share (it stays within 5% of uniform's), and selection by history, which defers them, has the
+    fewest."""
+    rare = {s: _mean(selection, s, "rare_successes_per_step") for s in ("uniform", "xrpo", "xrpo_floor", "history")}
+    assert rare["xrpo"] < rare["uniform"] <= rare["xrpo_floor"]
+    assert rare["history"] < rare["xrpo"]
+    floor_share = _mean(selection, "xrpo_floor", "share_ratio_vs_uniform")
+    assert 0.95 < floor_share < _mean(selection, "xrpo", "share_ratio_vs_uniform")
 
 
 def test_a_strategy_sees_the_same_pass_rates_and_drift_on_every_call():

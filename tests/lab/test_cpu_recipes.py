@@ -23,6 +23,7 @@ PARTS = {
     "xrpo_bare_icl": (True, True, True, False, False),
     "xrpo_select_bare_icl": (True, True, True, False, False),
     "xrpo_no_icl": (True, False, True, False, False),
+    "xrpo_floor": (True, False, True, False, False),
     "xrpo_bare_icl_novelty": (True, True, True, True, False),
     "pilot_commit": (False, False, False, False, False),
 }
@@ -41,6 +42,13 @@ def test_xrpo_runs_one_planner_round_and_xrpo_r2_the_papers_two():
     two.algorithm.xrpo.planner.rounds = 1
     assert one == two  # nothing else differs
     assert launch.compose_recipe("xrpo_r1") == one  # the study's one-round records
+
+
+def test_xrpo_floor_is_xrpo_without_icl_with_the_fail_floor_at_n_avg():
+    floor, base = launch.compose_recipe("xrpo_floor"), launch.compose_recipe("xrpo_no_icl")
+    assert (floor.algorithm.xrpo.planner.fail_floor, base.algorithm.xrpo.planner.fail_floor) == (8, 0)
+    base.algorithm.xrpo.planner.fail_floor = 8
+    assert floor == base  # nothing else differs
 
 
 def test_icl_prompts_fit_the_prompt_budget_of_the_learning_setting():

@@ -336,6 +336,8 @@ def lambda_sweep(
 #
 # - uniform:        the next B prompts, n each (GRPO).
 # - xrpo:           the next B prompts, XRPO's phased planner (n_base = n/2, one round).
+# - xrpo_floor:     the same with the fail floor f = n (`planner.fail_floor_shares`): a prompt
+#                   with no success after the base phase is topped up to n first.
 # - pilot:          a pilot inside the step: the next P*B prompts get k rollouts each; what is left
 #                   of B * n goes by Pi_q (`planner.plan_round`) to the prompts whose pilot was
 #                   mixed (none to all-pass or all-fail ones).
@@ -352,12 +354,15 @@ def lambda_sweep(
 #
 # Measured: the share of generated rollouts that land in trained groups with mixed rewards, the
 # mixed groups a step, rollouts a step and generation passes a step (each pass waits on its last
-# rollout: a round, a pilot, a DAPO batch).
+# rollout: a round, a pilot, a DAPO batch), and the rare successes a step: trained successes on
+# prompts whose pass rate is then below RARE_P, the lucky solves a hard prompt is learned from
+# (the pass rates here drift the same way whatever is trained, so this counts chances, not learning).
 # --------------------------------------------------------------------------------------------
 
 SELECTION_STRATEGIES: tuple[str, ...] = (
     "uniform",
     "xrpo",
+    "xrpo_floor",
     "pilot",
     "pilot_commit",
     "skip",
@@ -365,6 +370,7 @@ SELECTION_STRATEGIES: tuple[str, ...] = (
     "history_xrpo",
     "oracle",
 )
+RARE_P = 0.1  # a pass rate below which a success is a rare one (our choice)
 
 
 @dataclass(frozen=True)
@@ -458,7 +464,7 @@ class _Run:
         self.last_mixed = np.ones(cfg.dataset_prompts, dtype=bool)  # skip: unvisited counts as mixed
         self.buffer: list[tuple[int, np.ndarray, int]] = []  # pilot_commit: (prompt, pilot rewards, step)
         self.step = 0
-        self.rollouts = self.informative = self.groups_mixed = self.passes = 0
+        self.rollouts = self.informative = self.groups_mixed = self.passes = self.rare_successes = 0
 
     @property
     def p(self) -> np.ndarray:
@@ -482,14 +488,15 @@ class _Run:
         self.groups_mixed += int(mixed.sum())
         self.passes += passes
         succ = np.array([g.sum() for g in groups.values()])
+        self.rare_successes += int(succ[self.p[idx] < RARE_P].sum())
         self.history.record(idx, succ, sizes, self.step)
         self.last_mixed[idx] = mixed
 
 
-def _planned_groups(run: _Run, qs: np.ndarray) -> tuple[dict[int, np.ndarray], int]:
+def _planned_groups(run: _Run, qs: np.ndarray, fail_floor: int = 0) -> tuple[dict[int, np.ndarray], int]:
     """XRPO's phased planner over prompts `qs`: n_base = n/2, one round of the rest by Pi_q."""
     n = run.cfg.rollouts
-    pc = PlannerConfig(n_base=max(2, n // 2), n_avg=n, rounds=1, n_max=2 * n)
+    pc = PlannerConfig(n_base=max(2, n // 2), n_avg=n, rounds=1, n_max=2 * n, fail_floor=fail_floor)
     groups = [run.rewards(q, pc.n_base) for q in qs]
     extra = planner.plan_round(groups, qs.size * (n - pc.n_base), pc).extra
     return {int(q): np.concatenate([g, run.rewards(q, k)]) for q, g, k in zip(qs, groups, extra)}, 2
@@ -503,6 +510,11 @@ def _step_uniform(run: _Run) -> None:
 
 def _step_xrpo(run: _Run) -> None:
     groups, passes = _planned_groups(run, run.sampler.take(run.cfg.batch_prompts))
+    run.train(groups, run.cfg.batch_prompts * run.cfg.rollouts, passes)
+
+
+def _step_xrpo_floor(run: _Run) -> None:
+    groups, passes = _planned_groups(run, run.sampler.take(run.cfg.batch_prompts), fail_floor=run.cfg.rollouts)
     run.train(groups, run.cfg.batch_prompts * run.cfg.rollouts, passes)
 
 
@@ -586,6 +598,7 @@ def _step_oracle(run: _Run) -> None:
 _SELECTION_STEPS = {
     "uniform": _step_uniform,
     "xrpo": _step_xrpo,
+    "xrpo_floor": _step_xrpo_floor,
     "pilot": _step_pilot,
     "pilot_commit": _step_pilot_commit,
     "skip": _step_skip,
@@ -602,7 +615,7 @@ def simulate_selection(
 
     Returns:
         {"strategy", "informative_share", "mixed_groups_per_step", "rollouts_per_step",
-         "passes_per_step", "epochs"}.
+         "passes_per_step", "rare_successes_per_step", "epochs"}.
     """
     if strategy not in _SELECTION_STEPS:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {list(SELECTION_STRATEGIES)}")
@@ -616,6 +629,7 @@ def simulate_selection(
         "mixed_groups_per_step": run.groups_mixed / cfg.steps,
         "rollouts_per_step": run.rollouts / cfg.steps,
         "passes_per_step": run.passes / cfg.steps,
+        "rare_successes_per_step": run.rare_successes / cfg.steps,
         "epochs": run.sampler.epochs + run.sampler.pos / cfg.dataset_prompts,
     }
 
@@ -673,6 +687,7 @@ def selection_table(protocol: str, seeds=range(5), strategies=SELECTION_STRATEGI
             "mixed_groups_per_step",
             "rollouts_per_step",
             "passes_per_step",
+            "rare_successes_per_step",
         ):
             vals = np.array([r[s][key] for r in runs])
             out[s][key] = float(vals.mean())

@@ -188,6 +188,7 @@ class StepRollouts:
         uids = [r["uid"] for r in base]
         icl = self._icl_log()
         metrics: dict[str, float] = {}
+        floor = 0
         for r, budget in enumerate(planner.round_budgets(len(base), p.n_avg, p.n_base, p.rounds)[1:], start=1):
             tic = time.perf_counter()
             outcomes = ledger.outcomes(uids)
@@ -199,10 +200,12 @@ class StepRollouts:
             ]
             self.plugin_s += time.perf_counter() - tic
             metrics.update(M.round_metrics(r, plan))
+            floor += sum(plan.floor)
             if submit:
                 with marked_timer(f"xrpo_round_{r}", self.timing):
                     self._submit(submit, scalars, ledger)
                     T.wait_terminal({row["uid"] for row in submit}, on_poll=in_flight.sample)
+        metrics["xrpo/alloc/fail_floor_rollouts"] = float(floor)
         metrics.update(self._icl_outcome(icl, ledger))
         metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
         return metrics
@@ -263,6 +266,7 @@ class StepRollouts:
         metrics = {f"xrpo/round_{r}/rollouts": float(n) for r, n in enumerate(plan.per_round) if r > 0}
         metrics.update({f"xrpo/round_{r}/back_s": t for r, t in enumerate(back_s)})
         metrics["xrpo/streaming/released_at_close"] = float(plan.released_at_close)  # waited for the last prompt
+        metrics["xrpo/alloc/fail_floor_rollouts"] = float(plan.floor_rollouts)
         metrics.update(self._icl_outcome(icl, ledger))
         metrics.update(M.allocation_metrics([ledger.submitted[u] for u in uids]))
         return metrics
