@@ -720,13 +720,17 @@ def main(argv: list[str] | None = None) -> None:
         overrides[name] = kind(value)
     table = selection_table(args.protocol, range(args.seeds), tuple(args.strategies), **overrides)
     print(f"protocol {args.protocol} {overrides or ''}, {args.seeds} seeds (mean ± SD)")
-    print("| strategy | share in mixed groups | vs uniform | mixed groups / step | rollouts / step | passes / step |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| strategy | share in mixed groups | vs uniform | mixed groups / step | rollouts / step | passes / step "
+        f"| rare successes / step (p < {RARE_P}) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for s, r in table.items():
         print(
             f"| {s} | {r['informative_share']:.3f} ± {r['informative_share_sd']:.3f} | "
             f"{r['share_ratio_vs_uniform']:.2f} ± {r['share_ratio_vs_uniform_sd']:.2f} | "
-            f"{r['mixed_groups_per_step']:.1f} | {r['rollouts_per_step']:.0f} | {r['passes_per_step']:.2f} |"
+            f"{r['mixed_groups_per_step']:.1f} | {r['rollouts_per_step']:.0f} | {r['passes_per_step']:.2f} | "
+            f"{r['rare_successes_per_step']:.3f} ± {r['rare_successes_per_step_sd']:.3f} |"
         )
     if args.json:
         with open(args.json, "w") as f:
