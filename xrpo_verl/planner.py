@@ -416,16 +416,18 @@ class StreamingRounds:
         d = in_flight_priority([self.known[q] for q in qs], self.issued[qs], step=int(self.issued.sum()), cfg=self.cfg)
         return d.priority
 
-    def _floor_top_up(self, q: int, r: int, room: int) -> int:
-        """F_q for q deciding round r, drawn from round r's budget first, then from the later rounds'."""
-        if not self.cfg.fail_floor or max(self.known[q]) > 0:
-            return 0
-        need = max(min(self.cfg.fail_floor - int(self.issued[q]), room), 0)
-        got = 0
+    def _floor_top_up(self, q: int, r: int) -> int:
+        """F_q (`fail_floor_shares`) for q deciding round r, drawn from round r's budget first, then
+        from the later rounds'."""
+        unsolved = max(self.known[q]) <= 0
+        (got,) = fail_floor_shares(
+            [unsolved], [int(self.issued[q])], self.cfg.fail_floor, sum(self.left[r:]), self.cfg.n_max
+        )
+        owed = got
         for later in range(r, len(self.left)):
-            take = min(need - got, self.left[later])
+            take = min(owed, self.left[later])
             self.left[later] -= take
-            got += take
+            owed -= take
         self.floor_rollouts += got
         return got
 
@@ -452,7 +454,7 @@ class StreamingRounds:
             pi = float(self._priority(np.array([q]))[0])
             undecided = int(np.sum(self.round_of < r))
             room = self.cfg.n_max - int(self.issued[q])
-            top = self._floor_top_up(q, r, room)
+            top = self._floor_top_up(q, r)
             k = streaming_share(pi, self.left[r], self.decided[r], undecided, room - top)
             self.decided[r].append(pi)
             self.left[r] -= k

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -508,13 +509,10 @@ def _step_uniform(run: _Run) -> None:
     run.train({int(q): run.rewards(q, c.rollouts) for q in qs}, c.batch_prompts * c.rollouts, 1)
 
 
-def _step_xrpo(run: _Run) -> None:
-    groups, passes = _planned_groups(run, run.sampler.take(run.cfg.batch_prompts))
-    run.train(groups, run.cfg.batch_prompts * run.cfg.rollouts, passes)
-
-
-def _step_xrpo_floor(run: _Run) -> None:
-    groups, passes = _planned_groups(run, run.sampler.take(run.cfg.batch_prompts), fail_floor=run.cfg.rollouts)
+def _step_xrpo(run: _Run, floor: bool = False) -> None:
+    """XRPO's planner; `floor`: with the fail floor at n."""
+    qs = run.sampler.take(run.cfg.batch_prompts)
+    groups, passes = _planned_groups(run, qs, fail_floor=run.cfg.rollouts if floor else 0)
     run.train(groups, run.cfg.batch_prompts * run.cfg.rollouts, passes)
 
 
@@ -598,7 +596,7 @@ def _step_oracle(run: _Run) -> None:
 _SELECTION_STEPS = {
     "uniform": _step_uniform,
     "xrpo": _step_xrpo,
-    "xrpo_floor": _step_xrpo_floor,
+    "xrpo_floor": partial(_step_xrpo, floor=True),
     "pilot": _step_pilot,
     "pilot_commit": _step_pilot_commit,
     "skip": _step_skip,
