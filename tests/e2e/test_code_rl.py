@@ -94,9 +94,10 @@ class OwnSandbox:
     def lock_files(self) -> list[str]:
         return [p for uid in self.uids if os.path.exists(p := lock_path(self.lock_dir, uid))]
 
-    def containers(self) -> set[str]:
+    def containers(self) -> dict[str, int]:
+        """The run's sandbox containers, by id, with the uid each runs its submissions as."""
         if shutil.which("docker") is None:
-            return set()
+            return {}
         fmt = f'{{{{.ID}}}} {{{{.Label "{LABEL}.uid"}}}}'
         out = subprocess.run(
             ["docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", fmt],
@@ -105,7 +106,7 @@ class OwnSandbox:
             check=False,
         )
         rows = (line.split() for line in out.stdout.splitlines())
-        return {row[0] for row in rows if len(row) == 2 and row[1].isdigit() and int(row[1]) in self.uids}
+        return {row[0]: int(row[1]) for row in rows if len(row) == 2 and row[1].isdigit() and int(row[1]) in self.uids}
 
     def state(self) -> dict[str, set]:
         """Temp dirs (in the work root, or named by one of the uids in the system temp dir),
@@ -139,7 +140,7 @@ class OwnSandbox:
                     fcntl.flock(f, fcntl.LOCK_UN)
                 except OSError:
                     held.add(lock)
-        return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": self.containers()}
+        return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": set(self.containers())}
 
 
 @contextlib.contextmanager
@@ -174,8 +175,21 @@ def _reserve_uids():
     pytest.fail(f"every uid block {list(UID_BLOCKS)} is reserved by another run of this file")
 
 
+def _uids_running() -> set[int]:
+    """The uids that own a process on this host (a container's processes show here as its uid)."""
+    uids = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                uids.add(os.stat(f"/proc/{pid}").st_uid)
+    return uids
+
+
 class ContainerKiller(threading.Thread):
-    """Kills the run's sandbox containers `times` times, `gap_s` apart, once they exist."""
+    """Kills the run's sandbox containers `times` times, `gap_s` apart, each while it judges: a
+    container runs its batch as the container's uid and idles as another, so one with a process of
+    its uid is mid-batch. Killing an idle one could go unnoticed (the pool may never hand it out
+    again), and then nothing would be retried."""
 
     def __init__(self, own: OwnSandbox, times: int = 2, gap_s: float = 8.0):
         super().__init__(daemon=True)
@@ -184,11 +198,13 @@ class ContainerKiller(threading.Thread):
         self.stop = threading.Event()
 
     def run(self):
-        while len(self.killed) < self.times and not self.stop.wait(0.5):
-            ours = sorted(self.own.containers() - set(self.killed))
-            if ours:
-                subprocess.run(["docker", "kill", ours[0]], capture_output=True, check=False)
-                self.killed.append(ours[0])
+        while len(self.killed) < self.times and not self.stop.wait(0.1):
+            ours = {cid: uid for cid, uid in self.own.containers().items() if cid not in self.killed}
+            running = _uids_running()
+            busy = sorted(cid for cid, uid in ours.items() if uid in running)
+            if busy:
+                subprocess.run(["docker", "kill", busy[0]], capture_output=True, check=False)
+                self.killed.append(busy[0])
                 self.stop.wait(self.gap_s)
 
 
