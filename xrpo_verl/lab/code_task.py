@@ -29,6 +29,7 @@ PAIR_READ = "a,b=map(int,input().split())"
 LIST_READ = "x=list(map(int,input().split()))"
 OPS = ("+", "-", "*")
 LIST_FUNCS = ("sum", "max", "min", "len")
+TAIL_OPS = ("%", "//")
 TESTS_PER_PROBLEM = 4
 TIME_LIMIT_S = 2.0
 MEMORY_MB = 256
@@ -42,10 +43,18 @@ class CodeConfig:
 
     max_constant: int = 9
     """constants 1..max_constant in `a*b+3`-style expressions and `max(x)+c` (0 too for lists)"""
+    tail_ops: tuple[str, ...] = ()
+    """operators of the hard tail (`%`, `//`): pair problems `a%c+b`, `b//c*a`, ... (c in 2..max_constant)"""
+    tail_share: float = 0.0
+    """share of the tail in the warm-up's problems (`sample_problems`): rare there, so rarely solved after"""
 
     def __post_init__(self):
         if not 1 <= self.max_constant <= 99:
             raise ValueError(f"max_constant must be in [1, 99], got {self.max_constant}")
+        if not set(self.tail_ops) <= set(TAIL_OPS):
+            raise ValueError(f"tail_ops must be among {TAIL_OPS}, got {self.tail_ops}")
+        if not 0 <= self.tail_share < 1 or (self.tail_share and not self.tail_ops):
+            raise ValueError(f"tail_share must be in [0, 1), and > 0 only with tail_ops; got {self.tail_share}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,12 @@ def all_problems(config: CodeConfig = CodeConfig()) -> list[CodeProblem]:
     for f in LIST_FUNCS:
         candidates += [CodeProblem("list", f"{f}(x)" + (f"+{c}" if c else "")) for c in range(config.max_constant + 1)]
     candidates += [CodeProblem("list", "*sorted(x)"), CodeProblem("list", "*x[::-1]")]
+    # the tail comes last, so the common problems keep their order and a tail problem that behaves
+    # like a common one counts as the common one
+    for op in config.tail_ops:
+        for c in range(2, config.max_constant + 1):
+            for o2 in OPS:
+                candidates += [CodeProblem("pair", f"a{op}{c}{o2}b"), CodeProblem("pair", f"b{op}{c}{o2}a")]
     probes = {"pair": _inputs(CodeProblem("pair", ""), 8, 0), "list": _inputs(CodeProblem("list", ""), 8, 0)}
     seen, out = set(), []
     for p in candidates:
@@ -139,12 +154,22 @@ def all_problems(config: CodeConfig = CodeConfig()) -> list[CodeProblem]:
 
 
 def sample_problems(n: int, seed: int, config: CodeConfig = CodeConfig()) -> list[CodeProblem]:
-    """`n` problems drawn uniformly with replacement (the warm-up's and the tokenizer's corpus)."""
+    """`n` problems drawn with replacement (the warm-up's and the tokenizer's corpus): uniformly, or
+    with the tail at `config.tail_share` and the rest uniformly."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     pool = all_problems(config)
     rng = random.Random(seed)
-    return [rng.choice(pool) for _ in range(n)]
+    if not config.tail_ops:
+        return [rng.choice(pool) for _ in range(n)]
+    tail = [p for p in pool if in_tail(p)]
+    common = [p for p in pool if not in_tail(p)]
+    return [rng.choice(tail if rng.random() < config.tail_share else common) for _ in range(n)]
+
+
+def in_tail(problem: CodeProblem) -> bool:
+    """Whether `problem` is one of the hard tail's (`CodeConfig.tail_ops`)."""
+    return any(op in problem.expr for op in TAIL_OPS)
 
 
 def train_and_heldout(

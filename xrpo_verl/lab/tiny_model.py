@@ -172,6 +172,9 @@ class TinyModelConfig:
         extra = {}
         if self.task == "code":
             extra["code_format"] = code_task.CODE_FORMAT
+            for name, default in (("tail_ops", ()), ("tail_share", 0.0)):  # added with the tail, dropped at defaults
+                if getattr(self.code, name) == default:
+                    del fields["code"][name]
         else:  # added with the code task: the other tasks' models keep their cache key
             del fields["code"]
         # models built before the kernels were pinned may differ by CPU: a new key rebuilds them
