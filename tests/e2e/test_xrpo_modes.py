@@ -233,15 +233,18 @@ def test_xrpo_trains_two_steps_with_the_planners_budgets(xrpo_run):
 
 
 SELECTION = ["algorithm.xrpo.planner.selection=history", "algorithm.xrpo.planner.candidates=2"]
+FAIL_FLOOR = 4  # = n_avg: a prompt with no success after its n_base = 2 base rollouts keeps GRPO's 4
 
 
 @pytest.fixture(scope="module")
 def selection_run(tiny_model_dir, mixed_data, tmp_path_factory):
     """The planner with selection=history: 4 steps fetch 2 x 4 candidates each from the 16 prompts
     (two epochs of candidates), so the second epoch meets prompts with a record; half of them are the
-    hard, always-failed ones."""
+    hard, always-failed ones. The planner's fail floor is on too (the `xrpo_floor` recipe's floor, on
+    a run whose hard prompts are sure to fail their base rollouts)."""
     out = tmp_path_factory.mktemp("selection")
-    return train("xrpo_planner", tiny_model_dir, mixed_data, out, prompts=4, steps=4, save_freq=4, extra=SELECTION)
+    extra = [*SELECTION, f"algorithm.xrpo.planner.fail_floor={FAIL_FLOOR}"]
+    return train("xrpo_planner", tiny_model_dir, mixed_data, out, prompts=4, steps=4, save_freq=4, extra=extra)
 
 
 def test_selection_trains_the_candidates_most_likely_to_give_mixed_groups(selection_run):
@@ -262,6 +265,17 @@ def test_selection_trains_the_candidates_most_likely_to_give_mixed_groups(select
     assert len(saved["keys"]) == metrics[4]["xrpo/select/prompts_tracked"] <= TRAIN_SET
     assert saved["capacity"] == TRAIN_SET and saved["half_life"] == TRAIN_SET / 4  # one epoch at 4 a step
     assert float(saved["successes"].sum() + saved["failures"].sum()) > 0
+
+
+def test_the_fail_floor_tops_up_the_prompts_without_a_success(selection_run):
+    """The floor's top-up comes out of the planner's round, never on top of GRPO's budget, and at most
+    F - n_base a prompt; the hard prompts fail their base rollouts, so some steps pay it."""
+    _, metrics = selection_run
+    round_budget = sum(round_budgets(4, 4, 2, 2)[1:])  # B=4, n_avg=4, n_base=2, R=2 (_xrpo_cpu.yaml)
+    for m in metrics.values():
+        assert 0 <= m["xrpo/alloc/fail_floor_rollouts"] <= min(round_budget, 4 * (FAIL_FLOOR - 2))
+        assert m["xrpo/alloc/n_q/mean"] == 4
+    assert _total(metrics, "xrpo/alloc/fail_floor_rollouts") > 0
 
 
 @pytest.fixture(scope="module")
