@@ -1,6 +1,7 @@
 """The tiny code task: statements, hidden tests, splits and rows (judged in the real sandbox)."""
 
 import json
+import random
 
 import pytest
 
@@ -43,6 +44,28 @@ def test_behaviour_duplicates_are_dropped_and_splits_are_disjoint():
     assert not set(train) & set(heldout)
 
 
+TAIL = code_task.CodeConfig(tail_ops=code_task.TAIL_OPS, tail_share=0.05)
+
+
+def test_the_tail_adds_mod_and_floor_division_problems_and_leaves_the_rest_as_it_was():
+    plain, tailed = code_task.all_problems(), code_task.all_problems(TAIL)
+    assert tailed[: len(plain)] == plain and not any(map(code_task.in_tail, plain))
+    tail = tailed[len(plain) :]
+    assert all(map(code_task.in_tail, tail)) and {"a%2+b", "b//9*a"} <= {p.expr for p in tail}
+    for t in code_task.problem_dict(CodeProblem("pair", "b//4*a"))["tests"]:
+        a, b = map(int, t["input"].split())
+        assert t["output"] == f"{b // 4 * a}\n"
+    # the warm-up draws the tail at its share; without a tail, draws are what they always were
+    draws = code_task.sample_problems(4000, seed=3, config=TAIL)
+    assert 0.03 < sum(map(code_task.in_tail, draws)) / len(draws) < 0.07
+    rng = random.Random(3)
+    assert code_task.sample_problems(50, seed=3) == [rng.choice(plain) for _ in range(50)]
+    with pytest.raises(ValueError, match="tail_share"):
+        code_task.CodeConfig(tail_share=0.1)
+    with pytest.raises(ValueError, match="tail_ops"):
+        code_task.CodeConfig(tail_ops=("**",))
+
+
 def test_planted_tests_contradict_the_statement():
     for p in code_task.planted_problems():
         honest, planted = code_task.problem_dict(p), code_task.planted_problem_dict(p)
@@ -73,6 +96,8 @@ def test_tokenizer_config_keeps_other_tasks_cache_keys():
     from xrpo_verl.lab import code_rl
 
     assert code_rl.MODEL.key == "72da08585662"
+    # the hard tail's fields, at their defaults
+    assert code_rl.MODEL.code == code_task.CodeConfig()
     # the code study's model (a fixed step count, before the stopping rule) keeps its key
     assert TinyModelConfig(task="code", vocab_size=512, sft_steps=165, sft_schedule_steps=600).key == "687647743790"
     assert TinyModelConfig(task="code").key != TinyModelConfig(task="code", vocab_size=500).key
