@@ -198,7 +198,12 @@ def base_setting(name: str):
     in the sandbox)."""
     from xrpo_verl.lab import code_rl, learning_setting, testbed
 
-    settings = {"testbed": testbed.SETTING, "testbed_epochs": testbed.EPOCHS, "code": code_rl.CodeSetting()}
+    settings = {
+        "testbed": testbed.SETTING,
+        "testbed_epochs": testbed.EPOCHS,
+        "code": code_rl.CodeSetting(),
+        "code_tail": code_rl.TAIL,
+    }
     return settings.get(name) or learning_setting.LearningSetting()
 
 
@@ -579,6 +584,36 @@ def families_report(summary: dict, before: dict, args) -> str:
     return "\n".join(lines)
 
 
+def tail_report(summary: dict, before: dict, args) -> str:
+    """Code with a hard tail: per method, the held-out mean@k of the tail's problems and of the rest
+    after training, and the paired difference from GRPO's. Defined with the task, before its first run."""
+    from xrpo_verl.lab import code_rl, code_task
+
+    k = f"mean@{args.k}"
+    tail = np.array([code_task.in_tail(p) for p in code_rl.heldout_problems(study_setting(args))])
+
+    def split(per_problem: list[float]) -> tuple[float, float]:
+        v = np.asarray(per_problem)
+        return float(v[tail].mean()), float(v[~tail].mean())
+
+    b_tail, b_rest = split(before[k]["per_problem"])
+    lines = [
+        f"Held-out {k}, the tail's {int(tail.sum())} problems and the other {int((~tail).sum())}; "
+        f"before training: tail {b_tail:.3f}, rest {b_rest:.3f}",
+        "| method | seeds | tail | − GRPO's, same seed [95% CI] | rest | − GRPO's, same seed [95% CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    parts = {m: [split(a[k]) for a in s["after_per_problem"]] for m, s in summary.items()}
+    vs = [paired_with(summary, "grpo", {m: [v[i] for v in parts[m]] for m in parts}) for i in (0, 1)]
+    for m, v in parts.items():
+        cells = []
+        for i in (0, 1):
+            d = vs[i].get(m)
+            cells += [f"{np.mean([x[i] for x in v]):.3f}", f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" if d else "—"]
+        lines.append(f"| {m} | {len(v)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 # (column, metrics, format, the part that logs them: `launch.PARTS`, or None for every method)
 PART_COLUMNS = (
     ("rollouts/prompt min–max", ("xrpo/alloc/n_q/min", "xrpo/alloc/n_q/max"), "{:.1f}–{:.1f}", "planner"),
@@ -706,9 +741,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--setting",
-        choices=("learning", "testbed", "testbed_epochs", "code"),
+        choices=("learning", "testbed", "testbed_epochs", "code", "code_tail"),
         default="learning",
-        help="the task and model (testbed_epochs: the testbed over 128 training prompts, visited about four times)",
+        help="the task and model (testbed_epochs: the testbed over 128 training prompts, visited about four "
+        "times; code_tail: the code task with a hard tail, 96 training problems visited about four times)",
     )
     p.add_argument(
         "--methods",
@@ -775,6 +811,8 @@ def main(argv: list[str] | None = None) -> int:
         print(breadth_report(summary, before, args.breadth_k))
     if before and args.setting in ("testbed", "testbed_epochs"):
         print(families_report(summary, before, args))
+    if before and args.setting == "code_tail":
+        print(tail_report(summary, before, args))
     return 0
 
 

@@ -261,3 +261,24 @@ def test_hard_families_learned_counts_the_families_that_started_below_and_ended_
     after = [0.75, 0.5, 0.25, 0.25, 0.0, 0.0]
     assert study.hard_families_learned(before, after, families) == (1, 2)
     assert study.hard_families_learned(before, before, families) == (0, 2)
+
+
+def test_tail_report_splits_the_held_out_problems_into_the_tail_and_the_rest():
+    """Code with a hard tail: every tail problem at 0.5 and the rest at 0.25 after GRPO, the tail
+    0.25 higher with the other method on both seeds; before, all at 0."""
+    from xrpo_verl.lab import code_rl, code_task
+
+    tail = np.array([code_task.in_tail(p) for p in code_rl.heldout_problems(code_rl.TAIL)])
+    assert 0 < tail.sum() < len(tail)
+    grpo = list(np.where(tail, 0.5, 0.25))
+    floor = list(np.where(tail, 0.75, 0.25))
+    summary = {
+        "grpo": {"seeds": [0, 1], "after_per_problem": [{"mean@16": grpo}] * 2},
+        "xrpo_floor": {"seeds": [0, 1], "after_per_problem": [{"mean@16": floor}] * 2},
+    }
+    before = {"mean@16": {"per_problem": [0.0] * len(tail)}}
+    args = argparse.Namespace(setting="code_tail", k=16, n_eval=None)
+    lines = study.tail_report(summary, before, args).splitlines()
+    assert f"the tail's {tail.sum()} problems" in lines[0] and "tail 0.000, rest 0.000" in lines[0]
+    assert lines[3] == "| grpo | 2 | 0.500 | — | 0.250 | — |"
+    assert lines[4] == "| xrpo_floor | 2 | 0.750 | +0.250 [+0.250, +0.250] | 0.250 | +0.000 [+0.000, +0.000] |"

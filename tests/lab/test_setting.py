@@ -23,8 +23,10 @@ def test_each_setting_keeps_its_defaults():
     }  # fmt: skip
     assert _defaults(code_rl.CodeSetting()) == {
         "steps": 30, "prompts_per_step": 8, "n": 8, "lr": 6e-5, "max_response_length": 48, "n_heldout": 64,
-        "val_samples": 16, "data_seed": 5, "backend": "bwrap", "url": (), "max_concurrency": 4,
+        "val_samples": 16, "data_seed": 5, "backend": "bwrap", "url": (), "max_concurrency": 4, "n_train": 0,
     }  # fmt: skip
+    # issue 46's second task: the code task with its hard tail, 96 problems for 48 steps
+    assert _defaults(code_rl.TAIL) == {**_defaults(code_rl.CodeSetting()), "n_train": 96, "steps": 48}
 
 
 def test_every_models_cache_key_is_unchanged():
@@ -32,6 +34,7 @@ def test_every_models_cache_key_is_unchanged():
     assert learning_setting.MODEL.key == learning_setting.LearningSetting().model.key == "4c18b4ea8cab"
     assert testbed.MODEL.key == testbed.SETTING.model.key == testbed.EPOCHS.model.key == "89aa2aa22d39"
     assert code_rl.MODEL.key == code_rl.CodeSetting().model.key == "72da08585662"
+    assert code_rl.TAIL_MODEL.key == code_rl.TAIL.model.key == "4416e478b402"
 
 
 def test_the_shared_fields_are_declared_once_with_one_help_line():

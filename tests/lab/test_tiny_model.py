@@ -136,7 +136,8 @@ def test_a_two_style_few_shot_model_builds(tmp_path):
 
 def test_the_shipped_archives_hold_the_recorded_weights_of_their_config():
     """Each model in `SHIPPED` is in the package with the recorded weights; the testbed's is the model
-    of the study's set C, so seeds run on any CPU join that set."""
+    of the study's set C, and the code tail's the one its probes measured, so seeds run on any CPU
+    join their set."""
     import tarfile
     from dataclasses import asdict
     from pathlib import Path
@@ -147,7 +148,14 @@ def test_the_shipped_archives_hold_the_recorded_weights_of_their_config():
     recorded = json.loads(set_c.read_text())
     assert recorded["key"] == testbed.MODEL.key
     assert tiny_model.SHIPPED[testbed.MODEL.key] == recorded["weights_sha256"]
-    configs = {testbed.MODEL.key: testbed.MODEL}
+    # the code task with a hard tail: the model its probes chose (studies/code_tail_probes.py)
+    from xrpo_verl.lab import code_rl, code_task
+
+    probed = Path(__file__).resolve().parents[2] / "studies" / "records" / "code_tail" / f"{code_rl.TAIL_SHARE}.json"
+    probe = json.loads(probed.read_text())
+    assert probe["model_key"] == code_rl.TAIL_MODEL.key and probe["passes"]
+    assert tiny_model.SHIPPED[code_rl.TAIL_MODEL.key] == probe["weights_sha256"]
+    configs = {testbed.MODEL.key: testbed.MODEL, code_rl.TAIL_MODEL.key: code_rl.TAIL_MODEL}
     for key, sha in tiny_model.SHIPPED.items():
         with tarfile.open(tiny_model.shipped_archive(key), "r:xz") as tar:
             assert {"config.json", "tokenizer.json", "model.safetensors", tiny_model.DONE_MARKER} <= set(tar.getnames())
@@ -155,7 +163,12 @@ def test_the_shipped_archives_hold_the_recorded_weights_of_their_config():
             meta = json.loads(tar.extractfile(tiny_model.DONE_MARKER).read())
         assert hashlib.sha256(weights).hexdigest() == sha
         if key in configs:  # the build's own record of its config
-            assert meta["config"] == json.loads(json.dumps(asdict(configs[key])))
+            expected = json.loads(json.dumps(asdict(configs[key])))
+            # fields added to CodeConfig after a build are absent from its record, at their defaults
+            defaults = json.loads(json.dumps(asdict(code_task.CodeConfig())))
+            for name in set(expected["code"]) - set(meta["config"]["code"]):
+                assert expected["code"].pop(name) == defaults[name]
+            assert meta["config"] == expected
 
 
 def test_build_unpacks_the_shipped_testbed_model_without_training(tmp_path, monkeypatch):

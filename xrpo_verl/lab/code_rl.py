@@ -9,7 +9,7 @@ hidden tests in the sandbox (bubblewrap, or Docker, or `python -m sandbox serve`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +24,11 @@ from xrpo_verl.lab.setting import Setting
 MODEL = tiny_model.TinyModelConfig(
     task="code", vocab_size=512, sft_steps=240, sft_schedule_steps=600, sft_stop_at=0.4, sft_probe_every=2
 )
+# Issue 46's second task: the code task with a hard tail of `%` and `//` problems, rare in the
+# warm-up (`code_task.CodeConfig.tail_ops`). `studies/code_tail_probes.py` chose the share by the
+# rule it states, before any training run on it.
+TAIL_SHARE = 0.02
+TAIL_MODEL = replace(MODEL, code=code_task.CodeConfig(tail_ops=code_task.TAIL_OPS, tail_share=TAIL_SHARE))
 # Overrides of this task for recipes on our trainer config: an ICL example is a whole reference
 # program (~26 tokens), not the default's cut.
 XRPO_OVERRIDES = ("algorithm.xrpo.icl.max_example_tokens=48",)
@@ -42,6 +47,7 @@ class CodeSetting(Setting, steps=30, lr=6e-5, n_heldout=64, val_samples=16, data
     max_concurrency: int = option(
         4, "Sandbox calls in flight per reward worker (reward.reward_kwargs.max_concurrency). [I]"
     )
+    n_train: int = option(0, "Training problems: the first n of the training split (0: all of it). [I]")
 
     def reward_overrides(self) -> list[str]:
         """The reward of this task: the `xrpo` manager, judging in the sandbox."""
@@ -60,11 +66,16 @@ def reward_overrides(backend: str, url: tuple[str, ...] = (), max_concurrency: i
     return out
 
 
+# The second task's protocol, fixed before its first run: 96 training problems for 48 steps, each
+# visited about four times, as the multi-epoch testbed's (`testbed.EPOCHS`).
+TAIL = CodeSetting(model=TAIL_MODEL, n_train=96, steps=48)
+
+
 def prepare(out_dir: str | Path, setting: CodeSetting = CodeSetting()) -> tuple[Path, Path, Path]:
     """Build (or reuse) the model and write the data; returns (model_dir, train.parquet, heldout.parquet)."""
     model_dir = tiny_model.build(setting.model)
     train, heldout = code_task.write_parquets(
-        Path(out_dir) / "data", setting.n_heldout, setting.data_seed, setting.model.code
+        Path(out_dir) / "data", setting.n_heldout, setting.data_seed, setting.model.code, setting.n_train or None
     )
     return model_dir, train, heldout
 

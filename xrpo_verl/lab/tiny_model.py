@@ -61,6 +61,8 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 SHIPPED = {
     # the premise testbed (`testbed.MODEL`), built on an AMX CPU: the model of the study's set C
     "89aa2aa22d39": "fb2c3cadd3cbd85b15f6a6ccdd593dc194b37fe74212ce7e9aed333014e5920a",
+    # the code task with a hard tail (`code_rl.TAIL_MODEL`), built on an AMX CPU: issue 46's second task
+    "4416e478b402": "3d247d48bd1e422fca828725d97d9eec4fb70205ad6cf57fe1827cfc198904f5",
 }
 # xz's LZMA2 with its coder keyed to a byte's place in a 4-byte float (the sign and exponent bytes
 # of fp32 weights repeat, their low mantissa bytes do not): smaller than the preset alone, and any
