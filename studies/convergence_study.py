@@ -192,6 +192,16 @@ def bootstrap(values: list[float], stat=np.mean, rounds: int = 2000, seed: int =
     return float(stat(arr)), float(np.percentile(resampled, 2.5)), float(np.percentile(resampled, 97.5))
 
 
+# each setting's name on its plot (the choices of --setting)
+PLOT_TITLES = {
+    "learning": "Learning setting (column addition",
+    "testbed": "Testbed (families of sums",
+    "testbed_epochs": "Testbed over 128 prompts, four epochs (families of sums",
+    "code": "Code task (stdin programs judged in the sandbox",
+    "code_tail": "Code task with a hard tail, 96 problems (stdin programs judged in the sandbox",
+}
+
+
 def base_setting(name: str):
     """The learning setting (`learning_setting.LearningSetting()`), the premise testbed (`testbed.SETTING`), its
     multi-epoch protocol (`testbed.EPOCHS`) or the code task (`code_rl.CodeSetting()`, rewards judged
@@ -417,13 +427,7 @@ def plot(summary: dict, args, path: Path) -> None:
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    task = {
-        "learning": "Learning setting (column addition",
-        "testbed": "Testbed (families of sums",
-        "testbed_epochs": "Testbed over 128 prompts, four epochs (families of sums",
-        "code": "Code task (stdin programs judged in the sandbox",
-    }[args.setting]
-    fig.suptitle(f"{task}, tiny model, verl on CPU): thin = one seed, thick = mean")
+    fig.suptitle(f"{PLOT_TITLES[args.setting]}, tiny model, verl on CPU): thin = one seed, thick = mean")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -741,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
         "--setting",
-        choices=("learning", "testbed", "testbed_epochs", "code", "code_tail"),
+        choices=tuple(PLOT_TITLES),
         default="learning",
         help="the task and model (testbed_epochs: the testbed over 128 training prompts, visited about four "
         "times; code_tail: the code task with a hard tail, 96 training problems visited about four times)",

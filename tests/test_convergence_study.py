@@ -136,6 +136,13 @@ def test_base_setting_selects_the_testbed_model():
     assert study.base_setting("testbed") == testbed.SETTING
     assert study.base_setting("learning") == learning_setting.LearningSetting()
     assert testbed.SETTING.model.key != learning_setting.MODEL.key
+    from xrpo_verl.lab import code_rl
+
+    assert study.base_setting("code_tail") == code_rl.TAIL
+    # every setting the study offers has its title on the plot
+    assert {study.base_setting(name).model.key for name in study.PLOT_TITLES} == {
+        s.model.key for s in (learning_setting.LearningSetting(), testbed.SETTING, code_rl.CodeSetting(), code_rl.TAIL)
+    }
     # the testbed's two styles fit its response budget: a 3-digit sum in 'words' with room to spare
     from xrpo_verl.lab import addition
 
