@@ -121,11 +121,8 @@ class OwnSandbox:
             for p in glob.glob(os.path.join(tmp, f"xrpo-{kind}-{uid}-*"))
         }
         procs = set()
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
+        for pid, owner in _processes():
             try:
-                owner = os.stat(f"/proc/{pid}").st_uid
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
@@ -141,6 +138,16 @@ class OwnSandbox:
                 except OSError:
                     held.add(lock)
         return {"dirs": dirs, "procs": procs, "held uid locks": held, "containers": set(self.containers())}
+
+
+def _processes():
+    """(pid, uid) of each process on this host but this one; those that end mid-walk are left out."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                yield int(pid), os.stat(f"/proc/{pid}").st_uid
+            except OSError:
+                continue
 
 
 @contextlib.contextmanager
@@ -177,12 +184,7 @@ def _reserve_uids():
 
 def _uids_running() -> set[int]:
     """The uids that own a process on this host (a container's processes show here as its uid)."""
-    uids = set()
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            with contextlib.suppress(OSError):
-                uids.add(os.stat(f"/proc/{pid}").st_uid)
-    return uids
+    return {owner for _, owner in _processes()}
 
 
 class ContainerKiller(threading.Thread):
