@@ -417,7 +417,8 @@ def plot(summary: dict, args, path: Path) -> None:
                 mean = [
                     np.mean([next(c[metric] for c in curve if c[0] == st) for curve in s["curves"]]) for st in shared
                 ]
-                xs = [next(c[col] for c in s["curves"][0] if c[0] == st) for st in shared]
+                # rollouts at a step differ between seeds where a method's step size varies (DAPO, Pilot-Commit)
+                xs = [np.mean([next(c[col] for c in curve if c[0] == st) for curve in s["curves"]]) for st in shared]
                 ax.plot(xs, mean, color=f"C{i}", lw=2.2, marker="o", ms=3, label=f"{method} ({len(s['curves'])} seeds)")
     for col, label in enumerate(("training step", "rollouts generated")):
         axes[1][col].set_xlabel(label)
@@ -427,7 +428,7 @@ def plot(summary: dict, args, path: Path) -> None:
     for ax in axes.flat:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{PLOT_TITLES[args.setting]}, tiny model, verl on CPU): thin = one seed, thick = mean")
+    fig.suptitle(f"{PLOT_TITLES[args.setting]}, tiny model, verl on CPU)\nthin = one seed, thick = mean over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
