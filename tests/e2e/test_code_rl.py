@@ -13,8 +13,8 @@ and the test checks the run against it:
   (AC -> 1, anything else -> 0), and the run had both;
 - planted rows: two problems whose hidden tests contradict their statement (`a+b+1` stated,
   `a+b+2` tested; code_task.planted_problems). Any program that does what the statement says gets
-  WA, so every planted row must score 0; those whose program passes the statement's own tests
-  (re-judged here) show a right-looking program scored 0 because the sandbox said WA;
+  WA, so every planted row whose program passes the statement's own tests (re-judged here) must
+  score 0; a row scores 1 only when its program passes the hidden tests (a sampled `a+b+2` does);
 - SE (Docker run): a thread kills the sandbox containers while the run judges; the backend retries
   on a fresh container (sandbox/backends/docker.py) or the scorer retries the SE, so no row has
   verdict SE and the run completes (xrpo_verl/rewards/code.py: SE is retried, else the run stops,
@@ -318,11 +318,19 @@ def test_planted_rows_score_zero_even_when_the_program_follows_the_statement(run
     assert planted
     honest_ac = 0
     for row in planted:
-        assert row["score"] == 0.0
         honest = code_task.problem_dict(code_task.CodeProblem(*row["gts"].split("/")[2:]))
         assert honest["id"] == problems[row["gts"]]["id"].removeprefix("planted/")
-        honest_ac += compute_score(code_task.DATA_SOURCE, row["output"], None, {"problem": honest}, config)["acc"]
-    print(f"planted rows: {len(planted)}, of which {honest_ac:.0f} follow the statement and still scored 0")
+        follows = compute_score(code_task.DATA_SOURCE, row["output"], None, {"problem": honest}, config)["acc"]
+        hidden = compute_score(code_task.DATA_SOURCE, row["output"], None, {"problem": problems[row["gts"]]}, config)
+        # the tiny model samples at T = 1 and can write the tested `a+b+2`: the hidden tests decide
+        assert row["score"] == hidden["acc"], (row["output"], hidden["verdict"])
+        if follows:
+            assert row["score"] == 0.0, row["output"]
+        honest_ac += follows
+    scored = sum(row["score"] for row in planted)
+    print(
+        f"planted rows: {len(planted)}, {honest_ac:.0f} follow the statement and scored 0, {scored:.0f} passed the tests"
+    )
 
 
 def test_sandbox_errors_were_retried_never_scored(run):
