@@ -398,6 +398,11 @@ def paired_with(summary: dict, base: str, values: dict[str, list[float | None]])
     return out
 
 
+def _seed_mean(curves: list[list], steps: list[int], index: int) -> list[float]:
+    """Column `index` of each curve's point at each of `steps`, averaged over the curves (seeds)."""
+    return [float(np.mean([next(c[index] for c in curve if c[0] == st) for curve in curves])) for st in steps]
+
+
 def plot(summary: dict, args, path: Path) -> None:
     import matplotlib
 
@@ -414,11 +419,8 @@ def plot(summary: dict, args, path: Path) -> None:
                     ax.plot(*zip(*points), color=f"C{i}", alpha=0.25, lw=1)
                 # the mean over seeds at the validated steps all seeds share
                 shared = sorted(set.intersection(*({c[0] for c in curve} for curve in s["curves"])))
-                mean = [
-                    np.mean([next(c[metric] for c in curve if c[0] == st) for curve in s["curves"]]) for st in shared
-                ]
                 # rollouts at a step differ between seeds where a method's step size varies (DAPO, Pilot-Commit)
-                xs = [np.mean([next(c[col] for c in curve if c[0] == st) for curve in s["curves"]]) for st in shared]
+                mean, xs = _seed_mean(s["curves"], shared, metric), _seed_mean(s["curves"], shared, col)
                 ax.plot(xs, mean, color=f"C{i}", lw=2.2, marker="o", ms=3, label=f"{method} ({len(s['curves'])} seeds)")
     for col, label in enumerate(("training step", "rollouts generated")):
         axes[1][col].set_xlabel(label)
