@@ -410,18 +410,21 @@ def plot(summary: dict, args, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey="row")
+    # one colour per method: the default cycle repeats after ten
+    palette = plt.get_cmap("tab10" if len(summary) <= 10 else "tab20").colors
     for i, (method, s) in enumerate(summary.items()):
+        color = palette[i % len(palette)]
         for row, metric in ((0, 2), (1, 3)):
             for col in (0, 1):
                 ax = axes[row][col]
                 for curve in s["curves"]:
                     points = [(c[col], c[metric]) for c in curve if c[metric] is not None]
-                    ax.plot(*zip(*points), color=f"C{i}", alpha=0.25, lw=1)
+                    ax.plot(*zip(*points), color=color, alpha=0.25, lw=1)
                 # the mean over seeds at the validated steps all seeds share
                 shared = sorted(set.intersection(*({c[0] for c in curve} for curve in s["curves"])))
                 # rollouts at a step differ between seeds where a method's step size varies (DAPO, Pilot-Commit)
                 mean, xs = _seed_mean(s["curves"], shared, metric), _seed_mean(s["curves"], shared, col)
-                ax.plot(xs, mean, color=f"C{i}", lw=2.2, marker="o", ms=3, label=f"{method} ({len(s['curves'])} seeds)")
+                ax.plot(xs, mean, color=color, lw=2.2, marker="o", ms=3, label=f"{method} ({len(s['curves'])} seeds)")
     for col, label in enumerate(("training step", "rollouts generated")):
         axes[1][col].set_xlabel(label)
     axes[0][0].axhline(args.target, ls="--", c="gray", lw=1)
