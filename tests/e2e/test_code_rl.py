@@ -35,6 +35,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,19 +189,28 @@ def _uids_running() -> set[int]:
 
 
 class ContainerKiller(threading.Thread):
-    """Kills the run's sandbox containers `times` times, `gap_s` apart, each while it judges: a
-    container runs its batch as the container's uid and idles as another, so one with a process of
-    its uid is mid-batch. Killing an idle one could go unnoticed (the pool may never hand it out
-    again), and then nothing would be retried."""
+    """Kills the run's sandbox containers, `gap_s` apart, each while it judges, until the trainer's
+    output shows a kill retried (or `max_kills`): a container runs its batch as the container's uid
+    and idles as another, so one with a process of its uid is mid-batch. Killing an idle one could
+    go unnoticed (the pool may never hand it out again), and so can a kill that lands after the
+    runner streamed the batch's last result: nothing of it is lost, so nothing is retried. Hence
+    the killer does not stop at its first kill, but at the first one that shows."""
 
-    def __init__(self, own: OwnSandbox, times: int = 2, gap_s: float = 8.0):
+    def __init__(self, own: OwnSandbox, max_kills: int = 6, gap_s: float = 8.0):
         super().__init__(daemon=True)
-        self.own, self.times, self.gap_s = own, times, gap_s
+        self.own, self.max_kills, self.gap_s = own, max_kills, gap_s
         self.killed: list[str] = []
         self.stop = threading.Event()
+        self.retried = threading.Event()
+
+    def see(self, line: str) -> None:
+        """`launch`'s on_line: a retry in the session, or one counted by the reward's judge."""
+        retries = re.search(r"reward/sandbox/retries:([0-9.]+)", line)
+        if DOCKER_RETRY_LOG in line or (retries and float(retries.group(1)) > 0):
+            self.retried.set()
 
     def run(self):
-        while len(self.killed) < self.times and not self.stop.wait(0.1):
+        while len(self.killed) < self.max_kills and not self.retried.is_set() and not self.stop.wait(0.1):
             ours = {cid: uid for cid, uid in self.own.containers().items() if cid not in self.killed}
             running = _uids_running()
             busy = sorted(cid for cid, uid in ours.items() if uid in running)
@@ -250,7 +260,7 @@ def run(request, code_model_dir, tmp_path_factory):
         start = time.time()
         if killer:
             killer.start()
-        result = launch.launch(cpu, RECIPE[backend], extra, timeout_s=900)
+        result = launch.launch(cpu, RECIPE[backend], extra, timeout_s=900, on_line=killer.see if killer else None)
         if killer:
             killer.stop.set()
             killer.join()
@@ -270,7 +280,8 @@ def run(request, code_model_dir, tmp_path_factory):
     for step in range(1, STEPS + 1):
         lines = (root / "rollouts" / f"{step}.jsonl").read_text().splitlines()
         dumped[step] = [json.loads(line) for line in lines if line.strip()]
-    print(f"\n{backend} run: {wall:.0f}s wall")
+    kills = f", {len(killer.killed)} container(s) killed, retry seen: {killer.retried.is_set()}" if killer else ""
+    print(f"\n{backend} run: {wall:.0f}s wall{kills}")
     return {
         "backend": backend,
         "metrics": read_metrics(cpu.metrics_path),
