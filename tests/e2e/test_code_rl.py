@@ -35,7 +35,6 @@ import fcntl
 import glob
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -205,8 +204,8 @@ class ContainerKiller(threading.Thread):
 
     def see(self, line: str) -> None:
         """`launch`'s on_line: a retry in the session, or one counted by the reward's judge."""
-        retries = re.search(r"reward/sandbox/retries:([0-9.]+)", line)
-        if DOCKER_RETRY_LOG in line or (retries and float(retries.group(1)) > 0):
+        step = launch.parse_step_line(line)
+        if DOCKER_RETRY_LOG in line or (step and step[1].get("reward/sandbox/retries", 0) > 0):
             self.retried.set()
 
     def run(self):
